@@ -1,0 +1,367 @@
+package io.tonypy.am;
+
+import io.tonypy.bridge.FsBridge;
+import io.tonypy.bridge.Json;
+import io.tonypy.bridge.LaunchSpecs;
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import org.apache.hadoop.io.DataOutputBuffer;
+import org.apache.hadoop.security.Credentials;
+import org.apache.hadoop.security.UserGroupInformation;
+import org.apache.hadoop.security.token.Token;
+import org.apache.hadoop.yarn.api.ApplicationConstants;
+import org.apache.hadoop.yarn.api.protocolrecords.RegisterApplicationMasterResponse;
+import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
+import org.apache.hadoop.yarn.api.records.Container;
+import org.apache.hadoop.yarn.api.records.ContainerId;
+import org.apache.hadoop.yarn.api.records.ContainerStatus;
+import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
+import org.apache.hadoop.yarn.api.records.NodeReport;
+import org.apache.hadoop.yarn.api.records.Priority;
+import org.apache.hadoop.yarn.api.records.Resource;
+import org.apache.hadoop.yarn.api.records.ResourceInformation;
+import org.apache.hadoop.yarn.api.records.UpdatedContainer;
+import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
+import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
+import org.apache.hadoop.yarn.client.api.async.NMClientAsync;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
+import org.apache.hadoop.yarn.util.resource.ResourceUtils;
+
+/**
+ * The Py4J entry point of the ApplicationMaster. Java owns the RM heartbeat and the NM calls
+ * (AMRMClientAsync / NMClientAsync, whose callback handlers Python cannot implement); every
+ * RM/NM callback becomes an event in a queue that the Python AM drains with poll(). All job
+ * decisions are Python's.
+ */
+public final class AmBridge {
+  private final YarnConfiguration conf = new YarnConfiguration();
+  private final LinkedBlockingQueue<Map<String, Object>> events = new LinkedBlockingQueue<>();
+  private final Map<String, Container> containers = new ConcurrentHashMap<>();
+  private final FsBridge fs = new FsBridge(conf);
+  private final ApplicationAttemptId attemptId;
+  private AMRMClientAsync<ContainerRequest> amrm;
+  private NMClientAsync nm;
+  private ByteBuffer taskTokens;
+  private volatile float progress;
+  private volatile boolean unregistered;
+
+  public AmBridge() {
+    String cid = System.getenv(ApplicationConstants.Environment.CONTAINER_ID.name());
+    if (cid == null) {
+      throw new IllegalStateException("CONTAINER_ID is not set: not running in a YARN container");
+    }
+    attemptId = ContainerId.fromString(cid).getApplicationAttemptId();
+  }
+
+  public String applicationId() {
+    return attemptId.getApplicationId().toString();
+  }
+
+  public int attemptNumber() {
+    return attemptId.getAttemptId();
+  }
+
+  public FsBridge fs() {
+    return fs;
+  }
+
+  public String conf(String key) {
+    return conf.get(key);
+  }
+
+  public void start(int heartbeatMs) throws IOException {
+    taskTokens = tokensWithoutAmrm();
+    amrm = AMRMClientAsync.createAMRMClientAsync(heartbeatMs, new RmHandler());
+    amrm.init(conf);
+    amrm.start();
+    nm = NMClientAsync.createNMClientAsync(new NmHandler());
+    nm.init(conf);
+    nm.start();
+    // Containers must survive an AM attempt that dies (they are re-adopted by the next one);
+    // Python stops what it wants stopped.
+    nm.getClient().cleanupRunningContainersOnStop(false);
+  }
+
+  /** The AM's credentials minus the AMRM token: what task containers may hold. */
+  private static ByteBuffer tokensWithoutAmrm() throws IOException {
+    Credentials creds = UserGroupInformation.getCurrentUser().getCredentials();
+    Credentials copy = new Credentials(creds);
+    // getAllTokens() is a live view of the token map (the distributed-shell AM relies on it).
+    Iterator<Token<?>> it = copy.getAllTokens().iterator();
+    while (it.hasNext()) {
+      if (AMRMTokenIdentifier.KIND_NAME.equals(it.next().getKind())) {
+        it.remove();
+      }
+    }
+    DataOutputBuffer dob = new DataOutputBuffer();
+    copy.writeTokenStorageToStream(dob);
+    return ByteBuffer.wrap(dob.getData(), 0, dob.getLength());
+  }
+
+  /** Registers with the RM; returns capacity, resource types and containers kept from earlier attempts. */
+  public String register(String host, int port, String trackingUrl) throws Exception {
+    RegisterApplicationMasterResponse r = amrm.registerApplicationMaster(host, port, trackingUrl);
+    ResourceUtils.reinitializeResources(r.getResourceTypes());
+    Map<String, Object> out = new LinkedHashMap<>();
+    out.put("max_capability", resourceMap(r.getMaximumResourceCapability()));
+    out.put("queue", r.getQueue());
+    List<Map<String, Object>> previous = new ArrayList<>();
+    for (Container c : r.getContainersFromPreviousAttempts()) {
+      containers.put(c.getId().toString(), c);
+      previous.add(describe(c));
+    }
+    out.put("previous_containers", previous);
+    return Json.write(out);
+  }
+
+  /** Asks for `count` containers of one job type; allocationRequestId ties them to it. */
+  public void request(
+      long allocationRequestId, int priority, long memoryMb, int vcores, long gpus, String nodeLabel, int count) {
+    Resource res = Resource.newInstance(memoryMb, vcores);
+    if (gpus > 0) {
+      res.setResourceValue(ResourceInformation.GPU_URI, gpus);
+    }
+    for (int i = 0; i < count; i++) {
+      ContainerRequest.ContainerRequestBuilder b =
+          ContainerRequest.newBuilder()
+              .capability(res)
+              .priority(Priority.newInstance(priority))
+              .allocationRequestId(allocationRequestId)
+              .relaxLocality(true);
+      if (nodeLabel != null && !nodeLabel.isEmpty()) {
+        b.nodeLabelsExpression(nodeLabel);
+      }
+      amrm.addContainerRequest(b.build());
+    }
+  }
+
+  /** Withdraws every outstanding request of a job type; returns how many were withdrawn. */
+  public synchronized int cancelRequests(long allocationRequestId) {
+    Collection<ContainerRequest> pending = new ArrayList<>(amrm.getMatchingRequests(allocationRequestId));
+    for (ContainerRequest r : pending) {
+      amrm.removeContainerRequest(r);
+    }
+    return pending.size();
+  }
+
+  public void launch(String containerId, String specJson) throws Exception {
+    Container c = containers.get(containerId);
+    if (c == null) {
+      throw new IllegalArgumentException("unknown container " + containerId);
+    }
+    nm.startContainerAsync(c, LaunchSpecs.toLaunchContext(specJson, taskTokens.duplicate()));
+  }
+
+  public void stop(String containerId) {
+    Container c = containers.get(containerId);
+    if (c != null) {
+      nm.stopContainerAsync(c.getId(), c.getNodeId());
+    }
+  }
+
+  /** Gives an allocated (unused or finished) container back to YARN. */
+  public void release(String containerId) {
+    Container c = containers.remove(containerId);
+    if (c != null) {
+      amrm.releaseAssignedContainer(c.getId());
+    }
+  }
+
+  public void updateBlacklist(String[] add, String[] remove) {
+    amrm.updateBlacklist(Arrays.asList(add), Arrays.asList(remove));
+  }
+
+  public void setProgress(float p) {
+    progress = p;
+  }
+
+  public void setHeartbeatInterval(int ms) {
+    amrm.setHeartbeatInterval(ms);
+  }
+
+  /** Waits up to timeoutMs for the first event, then returns all queued events as JSON. */
+  public String poll(long timeoutMs) throws InterruptedException {
+    List<Map<String, Object>> batch = new ArrayList<>();
+    Map<String, Object> first = events.poll(timeoutMs, TimeUnit.MILLISECONDS);
+    if (first != null) {
+      batch.add(first);
+      events.drainTo(batch);
+    }
+    return Json.write(batch);
+  }
+
+  public void unregister(String finalStatus, String diagnostics, String trackingUrl) throws Exception {
+    amrm.unregisterApplicationMaster(FinalApplicationStatus.valueOf(finalStatus), diagnostics, trackingUrl);
+    unregistered = true;
+  }
+
+  public boolean isUnregistered() {
+    return unregistered;
+  }
+
+  void shutdown() {
+    if (nm != null) {
+      nm.stop();
+    }
+    if (amrm != null) {
+      amrm.stop();
+    }
+  }
+
+  // ---- events ----------------------------------------------------------------------------
+
+  private void emit(String type, Map<String, Object> body) {
+    body.put("type", type);
+    body.put("time_ms", System.currentTimeMillis());
+    events.add(body);
+  }
+
+  private static Map<String, Object> describe(Container c) {
+    Map<String, Object> m = new LinkedHashMap<>();
+    m.put("id", c.getId().toString());
+    m.put("node_id", c.getNodeId().toString());
+    m.put("host", c.getNodeId().getHost());
+    m.put("node_http", c.getNodeHttpAddress());
+    m.put("resource", resourceMap(c.getResource()));
+    m.put("allocation_request_id", c.getAllocationRequestId());
+    m.put("priority", c.getPriority() == null ? -1 : c.getPriority().getPriority());
+    return m;
+  }
+
+  static Map<String, Long> resourceMap(Resource r) {
+    Map<String, Long> m = new LinkedHashMap<>();
+    for (ResourceInformation ri : r.getResources()) {
+      m.put(ri.getName(), ri.getValue());
+    }
+    return m;
+  }
+
+  private final class RmHandler extends AMRMClientAsync.AbstractCallbackHandler {
+    @Override
+    public void onContainersAllocated(List<Container> allocated) {
+      for (Container c : allocated) {
+        containers.put(c.getId().toString(), c);
+        // Remove the satisfied request at once, or AMRMClient asks for it again (YARN-1902).
+        synchronized (AmBridge.this) {
+          Collection<ContainerRequest> matching = amrm.getMatchingRequests(c.getAllocationRequestId());
+          Iterator<ContainerRequest> it = matching.iterator();
+          if (it.hasNext()) {
+            amrm.removeContainerRequest(it.next());
+          }
+        }
+        Map<String, Object> body = new LinkedHashMap<>();
+        body.put("container", describe(c));
+        emit("allocated", body);
+      }
+    }
+
+    @Override
+    public void onContainersCompleted(List<ContainerStatus> statuses) {
+      for (ContainerStatus s : statuses) {
+        Map<String, Object> body = new LinkedHashMap<>();
+        body.put("container_id", s.getContainerId().toString());
+        body.put("exit_status", s.getExitStatus());
+        body.put("state", s.getState().toString());
+        body.put("diagnostics", s.getDiagnostics());
+        emit("completed", body);
+      }
+    }
+
+    @Override
+    public void onContainersUpdated(List<UpdatedContainer> updated) {}
+
+    @Override
+    public void onShutdownRequest() {
+      emit("shutdown_request", new LinkedHashMap<>());
+    }
+
+    @Override
+    public void onNodesUpdated(List<NodeReport> nodes) {
+      List<Map<String, Object>> list = new ArrayList<>();
+      for (NodeReport n : nodes) {
+        Map<String, Object> m = new LinkedHashMap<>();
+        m.put("node_id", n.getNodeId().toString());
+        m.put("state", n.getNodeState().toString());
+        list.add(m);
+      }
+      Map<String, Object> body = new LinkedHashMap<>();
+      body.put("nodes", list);
+      emit("nodes_updated", body);
+    }
+
+    @Override
+    public float getProgress() {
+      return progress;
+    }
+
+    @Override
+    public void onError(Throwable e) {
+      Map<String, Object> body = new LinkedHashMap<>();
+      body.put("message", String.valueOf(e));
+      emit("rm_error", body);
+    }
+  }
+
+  private final class NmHandler extends NMClientAsync.AbstractCallbackHandler {
+    @Override
+    public void onContainerStarted(ContainerId id, Map<String, ByteBuffer> allServiceResponse) {
+      Map<String, Object> body = new LinkedHashMap<>();
+      body.put("container_id", id.toString());
+      emit("started", body);
+    }
+
+    @Override
+    public void onStartContainerError(ContainerId id, Throwable t) {
+      Map<String, Object> body = new LinkedHashMap<>();
+      body.put("container_id", id.toString());
+      body.put("message", String.valueOf(t));
+      emit("start_failed", body);
+    }
+
+    @Override
+    public void onContainerStopped(ContainerId id) {
+      Map<String, Object> body = new LinkedHashMap<>();
+      body.put("container_id", id.toString());
+      emit("stopped", body);
+    }
+
+    @Override
+    public void onStopContainerError(ContainerId id, Throwable t) {
+      Map<String, Object> body = new LinkedHashMap<>();
+      body.put("container_id", id.toString());
+      body.put("message", String.valueOf(t));
+      emit("stop_failed", body);
+    }
+
+    @Override
+    public void onContainerStatusReceived(ContainerId id, ContainerStatus status) {}
+
+    @Override
+    public void onGetContainerStatusError(ContainerId id, Throwable t) {}
+
+    @Override
+    @SuppressWarnings("deprecation")
+    public void onContainerResourceIncreased(ContainerId id, Resource r) {}
+
+    @Override
+    public void onContainerResourceUpdated(ContainerId id, Resource r) {}
+
+    @Override
+    @SuppressWarnings("deprecation")
+    public void onIncreaseContainerResourceError(ContainerId id, Throwable t) {}
+
+    @Override
+    public void onUpdateContainerResourceError(ContainerId id, Throwable t) {}
+  }
+}

@@ -1,0 +1,145 @@
+package io.tonypy.bridge;
+
+import java.io.IOException;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileStatus;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.permission.FsAction;
+import org.apache.hadoop.fs.permission.FsPermission;
+
+/**
+ * The Hadoop FileSystem as Python sees it: paths in, JSON or primitives out. Staging goes
+ * through here so LocalResource sizes and timestamps come from the same file system YARN
+ * localizes from (HDFS here, gs:// on Dataproc).
+ */
+public final class FsBridge {
+  private final Configuration conf;
+
+  public FsBridge(Configuration conf) {
+    this.conf = conf;
+  }
+
+  private FileSystem fs(Path p) throws IOException {
+    return p.getFileSystem(conf);
+  }
+
+  public String homeDirectory() throws IOException {
+    return FileSystem.get(conf).getHomeDirectory().toString();
+  }
+
+  public String qualify(String path) throws IOException {
+    Path p = new Path(path);
+    return fs(p).makeQualified(p).toString();
+  }
+
+  public boolean exists(String path) throws IOException {
+    Path p = new Path(path);
+    return fs(p).exists(p);
+  }
+
+  public void mkdirs(String path, int mode) throws IOException {
+    Path p = new Path(path);
+    FileSystem fs = fs(p);
+    fs.mkdirs(p);
+    // mkdirs applies the umask; set the mode explicitly.
+    fs.setPermission(p, new FsPermission((short) mode));
+  }
+
+  public void setPermission(String path, int mode) throws IOException {
+    Path p = new Path(path);
+    fs(p).setPermission(p, new FsPermission((short) mode));
+  }
+
+  /** Copies a local file up; returns the resource description of the uploaded file. */
+  public String upload(String localPath, String remotePath, int mode) throws IOException {
+    Path dst = new Path(remotePath);
+    FileSystem fs = fs(dst);
+    // Write to a temporary name and rename, so a concurrent reader (another submit that
+    // shares the content-addressed cache) never sees a half-written file.
+    Path tmp = new Path(dst.getParent(), "." + dst.getName() + "." + System.nanoTime() + ".tmp");
+    fs.copyFromLocalFile(false, true, new Path(localPath), tmp);
+    fs.setPermission(tmp, new FsPermission((short) mode));
+    if (!fs.rename(tmp, dst)) {
+      fs.delete(tmp, false);
+      if (!fs.exists(dst)) {
+        throw new IOException("could not rename " + tmp + " to " + dst);
+      }
+    }
+    return describe(remotePath);
+  }
+
+  /** {"path", "size", "mtime", "public"} of a file, or null if it does not exist. */
+  public String describe(String path) throws IOException {
+    Path p = new Path(path);
+    FileSystem fs = fs(p);
+    FileStatus st;
+    try {
+      st = fs.getFileStatus(p);
+    } catch (java.io.FileNotFoundException e) {
+      return null;
+    }
+    Map<String, Object> out = new LinkedHashMap<>();
+    out.put("path", fs.makeQualified(st.getPath()).toString());
+    out.put("size", st.getLen());
+    out.put("mtime", st.getModificationTime());
+    out.put("public", isPublic(fs, st));
+    return Json.write(out);
+  }
+
+  /**
+   * Whether a NodeManager would accept the file as a PUBLIC resource: readable by all, and
+   * every ancestor directory traversable by all (the same test the NodeManager applies).
+   */
+  private static boolean isPublic(FileSystem fs, FileStatus st) throws IOException {
+    if (!st.getPermission().getOtherAction().implies(FsAction.READ)) {
+      return false;
+    }
+    Path dir = st.getPath().getParent();
+    while (dir != null) {
+      FileStatus ds = fs.getFileStatus(dir);
+      if (!ds.getPermission().getOtherAction().implies(FsAction.EXECUTE)) {
+        return false;
+      }
+      dir = dir.getParent();
+    }
+    return true;
+  }
+
+  /** Paths of the plain files directly inside a directory (empty if it does not exist). */
+  public String[] listFiles(String dir) throws IOException {
+    Path p = new Path(dir);
+    FileSystem fs = fs(p);
+    if (!fs.exists(p)) {
+      return new String[0];
+    }
+    java.util.List<String> out = new java.util.ArrayList<>();
+    for (FileStatus st : fs.listStatus(p)) {
+      if (st.isFile()) {
+        out.add(fs.makeQualified(st.getPath()).toString());
+      }
+    }
+    return out.toArray(new String[0]);
+  }
+
+  public boolean delete(String path, boolean recursive) throws IOException {
+    Path p = new Path(path);
+    return fs(p).delete(p, recursive);
+  }
+
+  public String readText(String path) throws IOException {
+    Path p = new Path(path);
+    try (java.io.InputStream in = fs(p).open(p)) {
+      return new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+    }
+  }
+
+  public void writeText(String path, String text) throws IOException {
+    Path p = new Path(path);
+    try (org.apache.hadoop.fs.FSDataOutputStream out = fs(p).create(p, true)) {
+      out.write(text.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+    }
+  }
+}

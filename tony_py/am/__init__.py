@@ -1,0 +1,1 @@
+"""The ApplicationMaster's Python side: job state, restart policy, executor API."""

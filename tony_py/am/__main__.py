@@ -1,0 +1,3 @@
+from tony_py.am.main import main
+
+main()

@@ -1,0 +1,544 @@
+"""The AM's job logic: one object that owns the task table and the job state machine.
+
+Job states (transitions happen only here):
+
+    ALLOCATING ──every task registered (GANG) / first task (FCFS)──▶ RUNNING
+        │ ▲                                                            │
+        │ └───────── retryable failure, restarts left: RESTARTING ◀────┤
+        │            (same containers where healthy, fresh ports;      │
+        │             new containers only for those that are gone)     │
+        ▼                                                              ▼
+    FINISHING (a verdict exists: stop every task still running) ──▶ DONE
+                                                                       │
+                                           final status SUCCEEDED | FAILED | KILLED
+
+Inputs arrive from three places, each under `self.lock`:
+- RM/NM events relayed by the JVM (on_allocated, on_started, on_completed, …),
+- executor calls through the HTTP API (register, wait_spec, heartbeat, report_result, …),
+- the main loop's clock (tick) for heartbeats and timeouts.
+Outputs go through a `ClusterPort` (request/launch/stop/release containers), which is the Py4J
+bridge in production and a fake in unit tests. Success/failure/restart rules live in policy.py.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+from typing import Callable, Protocol
+
+from tony_py import frameworks
+from tony_py.am import policy
+from tony_py.am.policy import Action, Decision
+from tony_py.am.tasks import Container, Failure, FailureKind, Task, TaskState
+from tony_py.config.spec import JobSpec, TaskId, TaskType
+
+
+class JobState(str, enum.Enum):
+    ALLOCATING = "ALLOCATING"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    FINISHING = "FINISHING"
+    DONE = "DONE"
+
+
+class ClusterPort(Protocol):
+    def request(self, request_id: int, task_type: TaskType, count: int) -> None: ...
+    def cancel_requests(self, request_id: int) -> None: ...
+    def launch(self, container_id: str, launch_spec: dict) -> None: ...
+    def stop(self, container_id: str) -> None: ...
+    def release(self, container_id: str) -> None: ...
+    def set_progress(self, progress: float) -> None: ...
+    def set_heartbeat_interval(self, ms: int) -> None: ...
+
+
+LaunchBuilder = Callable[[Task], dict]
+
+# How long FINISHING waits for stopped containers to report before giving up on them.
+FINISH_GRACE_S = 15.0
+# AM heartbeat to the RM: fast while containers are outstanding, relaxed afterwards.
+FAST_HEARTBEAT_MS = 200
+SLOW_HEARTBEAT_MS = 1000
+
+
+class Coordinator:
+    def __init__(
+        self,
+        spec: JobSpec,
+        port: ClusterPort,
+        launch_builder: LaunchBuilder,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.spec = spec
+        self.port = port
+        self.build_launch = launch_builder
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.cond = threading.Condition(self.lock)
+        self.tasks: dict[str, Task] = {
+            str(t): Task(t, tracked=spec.is_tracked(t.type)) for t in spec.tasks()
+        }
+        self.request_ids = {t.name: i for i, t in enumerate(spec.types)}
+        self.state = JobState.ALLOCATING
+        self.attempt = 0
+        self.restarts_used = 0
+        self.failures: list[Failure] = []
+        self.decision: Decision | None = None
+        self.final_status: str | None = None
+        self.killed_reason: str | None = None
+        self.cluster_view: dict[str, list[str]] | None = None
+        self.started_at = clock()
+        self.finish_deadline: float | None = None
+        self.timeline: dict[str, float] = {"am_started": self.started_at}
+        self.messages: list[str] = []
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _mark(self, phase: str) -> None:
+        self.timeline.setdefault(f"{phase}@{self.attempt}" if self.attempt else phase, self.clock())
+
+    def _task_for_container(self, container_id: str) -> Task | None:
+        for task in self.tasks.values():
+            if task.container is not None and task.container.id == container_id:
+                return task
+        return None
+
+    def _live(self) -> list[Task]:
+        return [t for t in self.tasks.values() if t.container is not None]
+
+    def _note(self, text: str) -> None:
+        self.messages.append(f"{time.strftime('%H:%M:%S')} {text}")
+
+    # ---- lifecycle -----------------------------------------------------------------------
+    def start(self) -> None:
+        with self.lock:
+            self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
+            for task_type in self.spec.types:
+                self.port.request(self.request_ids[task_type.name], task_type, task_type.instances)
+            self._note(f"requested {len(self.tasks)} containers")
+
+    def kill(self, reason: str) -> None:
+        """The RM asked us to stop, or the AM is shutting down: stop everything."""
+        with self.lock:
+            if self.decision is None:
+                self.killed_reason = reason
+                self._finish(Decision(Action.FAIL, reason), status="KILLED")
+
+    # ---- RM / NM events ------------------------------------------------------------------
+    def on_allocated(self, data: dict) -> None:
+        with self.lock:
+            container = Container.from_event(data)
+            type_name = self._type_for_request(data.get("allocation_request_id"), data.get("priority"))
+            task = None
+            if self.decision is None and type_name is not None:
+                task = next(
+                    (t for t in self.tasks.values()
+                     if t.id.type == type_name and t.state == TaskState.PENDING and t.container is None),
+                    None,
+                )
+            if task is None:
+                self.port.release(container.id)  # surplus, or the job is already ending
+                return
+            task.container = task.last_container = container
+            task.state = TaskState.ALLOCATED
+            self._mark("first_container_allocated")
+            if not any(t.state == TaskState.PENDING for t in self.tasks.values()):
+                self._mark("all_containers_allocated")
+                self.port.set_heartbeat_interval(SLOW_HEARTBEAT_MS)
+            try:
+                self.port.launch(container.id, self.build_launch(task))
+            except Exception as exc:  # noqa: BLE001 - any launch error fails that task
+                self._fail(task, FailureKind.LAUNCH, f"could not launch container {container.id}: {exc}")
+
+    def _type_for_request(self, request_id, priority) -> str | None:
+        for name, rid in self.request_ids.items():
+            if rid == request_id:
+                return name
+        for name, rid in self.request_ids.items():  # clusters that do not echo request ids
+            if rid == priority:
+                return name
+        return None
+
+    def on_started(self, container_id: str) -> None:
+        with self.lock:
+            task = self._task_for_container(container_id)
+            if task is None:
+                return
+            task.container_started = True
+            if task.state == TaskState.ALLOCATED:
+                task.state = TaskState.LAUNCHED
+            if all(t.container_started for t in self.tasks.values()):
+                self._mark("all_containers_started")
+
+    def on_start_failed(self, container_id: str, message: str) -> None:
+        with self.lock:
+            task = self._task_for_container(container_id)
+            if task is not None and not task.state.finished:
+                self._fail(task, FailureKind.LAUNCH, f"the NodeManager could not start the container: {message}")
+
+    def on_completed(self, container_id: str, exit_status: int, diagnostics: str) -> None:
+        with self.lock:
+            task = self._task_for_container(container_id)
+            if task is None:
+                return
+            container = task.container
+            task.container = None
+            task.container_started = False
+            if task.state.finished:
+                pass  # the executor reported the result before its container ended
+            elif task.stopping or self.decision is not None:
+                task.state = TaskState.STOPPED
+                task.finished_at = self.clock()
+            else:
+                kind = policy.container_failure_kind(exit_status)
+                reason = policy.INFRASTRUCTURE_EXITS.get(exit_status) or policy.MEMORY_EXITS.get(exit_status)
+                if reason is None:
+                    reason = f"its executor ended without reporting a result (container exit status {exit_status})"
+                detail = (diagnostics or "").strip()
+                if detail:
+                    reason += f"; YARN: {detail.splitlines()[0][:300]}"
+                self._fail(
+                    task, kind, reason, exit_code=exit_status, host=container.host, container_id=container.id
+                )
+            self.cond.notify_all()
+            self._maybe_done()
+
+    # ---- executor API --------------------------------------------------------------------
+    def _instruction(self, task: Task, attempt: int, container_id: str | None) -> dict | None:
+        """What a stale or superseded executor should do instead; None if it is current."""
+        if task.container is None or (container_id and task.container.id != container_id):
+            return {"action": "exit", "reason": "this container no longer runs the task"}
+        if self.decision is not None or task.stopping:
+            return {"action": "exit", "reason": "the job is finishing"}
+        if attempt < task.attempt:
+            return {"action": "restart", "attempt": task.attempt}
+        return None
+
+    def register(self, name: str, attempt: int, container_id: str, port: int, tb_port: int | None) -> dict:
+        with self.lock:
+            task = self.tasks.get(name)
+            if task is None:
+                return {"action": "exit", "reason": f"unknown task {name}"}
+            stale = self._instruction(task, attempt, container_id)
+            if stale:
+                return stale
+            now = self.clock()
+            task.address = f"{task.container.host}:{port}"
+            task.tb_port = tb_port
+            task.registered_at = now
+            task.last_heartbeat = now
+            task.state = TaskState.REGISTERED
+            self._mark("first_executor_registered")
+            if self.cluster_view is None and self._gang_complete():
+                self.cluster_view = self._view()
+                self.state = JobState.RUNNING
+                self._mark("all_executors_registered")
+                self._note(f"attempt {self.attempt}: all {len(self.tasks)} tasks registered; spec served")
+            self.cond.notify_all()
+            return {"ok": True, "attempt": task.attempt}
+
+    def _gang_complete(self) -> bool:
+        return all(
+            t.state in (TaskState.REGISTERED, TaskState.RUNNING) or (t.state.finished and t.registered_at)
+            for t in self.tasks.values()
+        )
+
+    def _view(self) -> dict[str, list[str]]:
+        view: dict[str, list[str]] = {}
+        for t in self.tasks.values():
+            if t.address:
+                view.setdefault(t.id.type, []).append(t.address)
+        return view
+
+    def wait_spec(self, name: str, attempt: int, container_id: str, timeout: float) -> dict | None:
+        """Long-poll: the task's cluster spec and env once it exists; None on timeout."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                task = self.tasks.get(name)
+                if task is None:
+                    return {"action": "exit", "reason": f"unknown task {name}"}
+                stale = self._instruction(task, attempt, container_id)
+                if stale:
+                    return stale
+                view = self.cluster_view
+                if view is None and self.spec.distributed_mode == "FCFS" and task.address:
+                    view = self._view()
+                if view is not None and task.address:
+                    self._mark("first_spec_served")
+                    return {"cluster": view, "env": self._task_env(task, view)}
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self.cond.wait(remaining)
+
+    def _task_env(self, task: Task, view: dict[str, list[str]]) -> dict[str, str]:
+        env = frameworks.task_env(self.spec, view, task.id)
+        env["TONY_RESTART_ATTEMPT"] = str(task.attempt)
+        if task.attempt:
+            env["NUM_AM_RETRIES"] = str(task.attempt)
+        if task.tb_port:
+            env["TB_PORT"] = str(task.tb_port)
+        return env
+
+    def task_started(self, name: str, attempt: int, container_id: str, pid: int) -> dict:
+        with self.lock:
+            task = self.tasks.get(name)
+            if task is None:
+                return {"action": "exit"}
+            stale = self._instruction(task, attempt, container_id)
+            if stale:
+                return stale
+            task.pid = pid
+            task.started_at = task.last_progress = self.clock()
+            task.state = TaskState.RUNNING
+            self._mark("first_task_started")
+            if all(t.state == TaskState.RUNNING or t.state.finished for t in self.tasks.values()):
+                self._mark("all_tasks_started")
+            return {"ok": True}
+
+    def heartbeat(self, name: str, attempt: int, container_id: str, metrics: dict | None) -> dict:
+        with self.lock:
+            task = self.tasks.get(name)
+            if task is None:
+                return {"action": "exit"}
+            stale = self._instruction(task, attempt, container_id)
+            if stale:
+                return stale
+            task.last_heartbeat = self.clock()
+            if metrics:
+                task.metrics = metrics
+            return {"action": "continue"}
+
+    def report_result(
+        self,
+        name: str,
+        attempt: int,
+        container_id: str,
+        exit_code: int | None,
+        signal: str | None,
+        stderr_tail: str = "",
+        error: dict | None = None,
+        timed_out: bool = False,
+    ) -> dict:
+        with self.lock:
+            task = self.tasks.get(name)
+            if task is None:
+                return {"action": "exit"}
+            stale = self._instruction(task, attempt, container_id)
+            if stale:
+                return stale
+            task.exit_code = exit_code
+            task.signal = signal
+            task.finished_at = self.clock()
+            if exit_code == 0 and not signal:
+                task.state = TaskState.SUCCEEDED
+                self._note(f"{task.name} succeeded")
+                self._apply(policy.completion(self.spec, self.tasks))
+            else:
+                kind = FailureKind.SIGNAL if signal else FailureKind.EXIT_CODE
+                message = policy.describe_exit(exit_code, signal)
+                if timed_out:
+                    kind = FailureKind.TIMEOUT
+                    message = (f"killed after running longer than tony.task.executor.execution-timeout-ms="
+                               f"{self.spec.execution_timeout_ms}")
+                if error and error.get("message"):
+                    message += f": {error.get('type') or 'error'}: {error['message']}"
+                self._fail(task, kind, message, exit_code=exit_code, signal=signal,
+                           stderr_tail=stderr_tail, error=error)
+            self.cond.notify_all()
+            return self._instruction(task, attempt, container_id) or self._after_result(task)
+
+    def _after_result(self, task: Task) -> dict:
+        # The task's run is over and no restart involves it: its executor may leave, which
+        # ends the container and gives the resources back to YARN.
+        task.released = True
+        return {"action": "exit"}
+
+    # ---- failures, verdicts, restarts ----------------------------------------------------
+    def _fail(self, task: Task, kind: FailureKind, message: str, **details) -> None:
+        container = task.container
+        failure = Failure(
+            task=task.name,
+            attempt=task.attempt,
+            kind=kind,
+            message=message,
+            time=self.clock(),
+            host=details.pop("host", None) or (container.host if container else None),
+            container_id=details.pop("container_id", None) or (container.id if container else None),
+            **details,
+        )
+        self.failures.append(failure)
+        task.failure = failure
+        task.state = TaskState.FAILED
+        task.finished_at = failure.time
+        self._note(f"{failure.headline()}")
+        if self.decision is not None:
+            return
+        self._apply(policy.after_failure(self.spec, self.tasks, task, self.restarts_used))
+
+    def _apply(self, decision: Decision) -> None:
+        if decision.action == Action.CONTINUE or self.decision is not None:
+            self._update_progress()
+            return
+        if decision.action == Action.RESTART:
+            self._restart(decision)
+        else:
+            self._finish(decision, status="SUCCEEDED" if decision.action == Action.SUCCEED else "FAILED")
+
+    def _restart(self, decision: Decision) -> None:
+        self.restarts_used += 1
+        self.attempt += 1
+        self.cluster_view = None
+        self.state = JobState.RESTARTING
+        self._note(decision.message)
+        missing: dict[str, int] = {}
+        for task in self.tasks.values():
+            # Restart in place where the executor is alive and still holds its container.
+            keep = (
+                task.container is not None
+                and task.container_started
+                and not task.released
+                and not (task.failure and task.failure.kind in (FailureKind.LOST, FailureKind.INFRASTRUCTURE,
+                                                                 FailureKind.LAUNCH, FailureKind.TIMEOUT))
+            )
+            if task.container is not None and not keep:
+                self.port.stop(task.container.id)  # a lost/hung executor: make sure it is gone
+            task.reset_for_attempt(self.attempt, keep_container=keep)
+            if task.state == TaskState.PENDING:
+                missing[task.id.type] = missing.get(task.id.type, 0) + 1
+        for type_name, count in missing.items():
+            self.port.request(self.request_ids[type_name], self.spec.type(type_name), count)
+        if missing:
+            self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
+        self.state = JobState.ALLOCATING
+        self.cond.notify_all()
+
+    def _finish(self, decision: Decision, status: str) -> None:
+        self.decision = decision
+        self.final_status = status
+        self.state = JobState.FINISHING
+        self.finish_deadline = self.clock() + FINISH_GRACE_S
+        self._mark("verdict")
+        self._note(f"job {status}: {decision.message}")
+        for task_type in self.spec.types:
+            self.port.cancel_requests(self.request_ids[task_type.name])
+        for task in self.tasks.values():
+            if task.container is not None and not task.state.finished:
+                task.stopping = True
+                self.port.stop(task.container.id)
+            elif task.state == TaskState.PENDING:
+                task.state = TaskState.STOPPED
+        self._update_progress()
+        self.cond.notify_all()
+        self._maybe_done()
+
+    def _maybe_done(self) -> None:
+        if self.state != JobState.FINISHING:
+            return
+        waiting = [t for t in self._live() if not t.state.finished or t.stopping]
+        if not waiting or (self.finish_deadline and self.clock() >= self.finish_deadline):
+            for task in waiting:
+                if not task.state.finished:
+                    task.state = TaskState.STOPPED
+            self.state = JobState.DONE
+            self._mark("done")
+            self.cond.notify_all()
+
+    def _update_progress(self) -> None:
+        tracked = [t for t in self.tasks.values() if t.tracked]
+        done = sum(1 for t in tracked if t.state.finished)
+        self.port.set_progress(done / len(tracked) if tracked else 1.0)
+
+    # ---- clock ---------------------------------------------------------------------------
+    def tick(self) -> None:
+        with self.lock:
+            now = self.clock()
+            if self.state == JobState.FINISHING:
+                self._maybe_done()
+                return
+            if self.decision is not None:
+                return
+            if self.spec.timeout_ms > 0 and now - self.started_at > self.spec.timeout_ms / 1000:
+                self._finish(
+                    Decision(Action.FAIL, f"the application timed out after {self.spec.timeout_ms / 1000:.0f} s "
+                             "(tony.application.timeout)"),
+                    status="FAILED",
+                )
+                return
+            expiry = self.spec.heartbeat_interval_ms * self.spec.max_missed_heartbeats / 1000
+            for task in list(self.tasks.values()):
+                if task.state in (TaskState.REGISTERED, TaskState.RUNNING) and task.last_heartbeat:
+                    silent = now - task.last_heartbeat
+                    if silent > expiry:
+                        self._fail(
+                            task, FailureKind.LOST,
+                            f"its executor sent no heartbeat for {silent:.1f} s "
+                            f"(tony.task.heartbeat-interval-ms x tony.task.max-missed-heartbeats = {expiry:.1f} s)",
+                        )
+                        if self.decision is not None:
+                            return
+
+    # ---- views ---------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.state == JobState.DONE
+
+    def root_cause(self) -> Failure | None:
+        if self.decision is not None and self.decision.failure is not None:
+            return self.decision.failure
+        return min(self.failures, key=lambda f: f.time) if self.failures else None
+
+    def diagnostics(self) -> str:
+        """What YARN records as the application's diagnostics (and the client prints)."""
+        if self.decision is None:
+            return ""
+        lines = [f"TonY-py job {self.final_status}: {self.decision.message}"]
+        cause = self.root_cause()
+        if cause is not None and self.final_status != "SUCCEEDED":
+            lines.append(f"Root cause: {cause.headline()}")
+            if cause.error and cause.error.get("traceback"):
+                lines.append("--- traceback (from the task's error file) ---")
+                lines.append(cause.error["traceback"].rstrip()[-3000:])
+            if cause.stderr_tail:
+                lines.append(f"--- last lines of {cause.task} stderr ---")
+                lines.append(cause.stderr_tail.rstrip()[-4000:])
+        others = [f for f in self.failures if f is not cause]
+        if others:
+            lines.append("Other failures (in order): " + "; ".join(f.headline() for f in others[:10]))
+        lines.append("Tasks: " + ", ".join(f"{t.name} {t.state.value}" for t in self.tasks.values()))
+        return "\n".join(lines)
+
+    def status(self, log_url: Callable[[Task], str | None] = lambda t: None) -> dict:
+        with self.lock:
+            return {
+                "state": self.state.value,
+                "final_status": self.final_status,
+                "attempt": self.attempt,
+                "restarts_used": self.restarts_used,
+                "framework": self.spec.framework,
+                "diagnostics": self.diagnostics() if self.decision else None,
+                "root_cause": (self.root_cause().to_json() if self.root_cause() else None),
+                "failures": [f.to_json() for f in self.failures],
+                "timeline": dict(self.timeline),
+                "messages": self.messages[-20:],
+                "tasks": [
+                    {
+                        "name": t.name,
+                        "type": t.id.type,
+                        "index": t.id.index,
+                        "state": t.state.value,
+                        "tracked": t.tracked,
+                        "attempt": t.attempt,
+                        "host": t.last_container.host if t.last_container else None,
+                        "node_id": t.last_container.node_id if t.last_container else None,
+                        "container_id": t.last_container.id if t.last_container else None,
+                        "resource": t.last_container.resource if t.last_container else None,
+                        "address": t.address,
+                        "exit_code": t.exit_code,
+                        "signal": t.signal,
+                        "log_url": log_url(t),
+                        "metrics": t.metrics,
+                    }
+                    for t in self.tasks.values()
+                ],
+            }

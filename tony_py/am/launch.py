@@ -1,0 +1,95 @@
+"""What a task container is started with: localized files, environment, command.
+
+The environment is TonY's contract for every task (JOB_NAME, TASK_INDEX, TASK_NUM, JOB_ID,
+appid, DISTRIBUTED_MODE, IS_CHIEF on the chief, AM_HOST, AM_PORT) plus what the executor needs
+to find the AM. Framework variables (TF_CONFIG, MASTER_ADDR, …) are not here: they depend on
+the cluster spec, which exists only once the tasks registered, and reach the executor with it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+
+from tony_py.am.tasks import Task
+from tony_py.config.spec import JobSpec
+
+# YARN expands these in the container's launch script.
+PWD = "{{PWD}}"
+LOG_DIR = "<LOG_DIR>"
+RUNTIME_LINK = "tony_runtime"
+EXECUTOR_LOG = "executor.log"
+
+
+@dataclass
+class JobMeta:
+    """What the client staged for the job (tony-job.json, localized into the AM container)."""
+
+    app_id: str
+    staging_dir: str
+    user: str
+    resources: dict[str, dict]  # link name -> {path, size, mtime, type, visibility}
+    task_resources: list[str]  # link names every task container gets
+    task_python: str  # the interpreter that runs the executor (and, usually, the user code)
+    src_zip: str | None = None  # link name of the zipped src_dir, unpacked by the executor
+    extra: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "JobMeta":
+        known = {k: data[k] for k in cls.__dataclass_fields__ if k in data and k != "extra"}
+        extra = {k: v for k, v in data.items() if k not in cls.__dataclass_fields__}
+        return cls(**known, extra=extra)
+
+    def to_json(self) -> dict:
+        data = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        data.update(self.extra)
+        return data
+
+
+class TaskLauncher:
+    def __init__(self, spec: JobSpec, meta: JobMeta, am_host: str, am_port: int, secret: str):
+        self.spec = spec
+        self.meta = meta
+        self.am_host = am_host
+        self.am_port = am_port
+        self.secret = secret
+
+    def env(self, task: Task) -> dict[str, str]:
+        spec = self.spec
+        env = dict(spec.container_env)
+        env.update(
+            JOB_NAME=task.id.type,
+            TASK_INDEX=str(task.id.index),
+            TASK_NUM=str(len(spec.tracked_tasks())),
+            JOB_ID=self.meta.app_id,
+            appid=self.meta.app_id,
+            DISTRIBUTED_MODE=spec.distributed_mode,
+            AM_HOST=self.am_host,
+            AM_PORT=str(self.am_port),
+            TONY_AM_URL=f"http://{self.am_host}:{self.am_port}",
+            TONY_APP_SECRET=self.secret,
+            TONY_TASK=task.name,
+            TONY_TASK_COMMAND=spec.command_for(task.id.type),
+            TONY_EXECUTION_ENV=json.dumps(spec.execution_env),
+            TONY_HEARTBEAT_MS=str(spec.heartbeat_interval_ms),
+            TONY_EXECUTION_TIMEOUT_MS=str(spec.execution_timeout_ms),
+            TONY_REGISTRY_TIMEOUT_S=str(spec.registry_timeout_s),
+            TONY_RUNTIME_DIR=f"{PWD}/{RUNTIME_LINK}",
+            PYTHONPATH=f"{PWD}/{RUNTIME_LINK}",
+            PYTHONUNBUFFERED="1",
+        )
+        if self.meta.src_zip:
+            env["TONY_SRC_ZIP"] = self.meta.src_zip
+        if task.id == spec.chief():
+            env["IS_CHIEF"] = "true"
+            env["TONY_RESERVE_TB_PORT"] = "1"
+        return env
+
+    def command(self) -> str:
+        python = shlex.quote(self.meta.task_python)
+        return f"{python} -m tony_py.executor 1>>{LOG_DIR}/{EXECUTOR_LOG} 2>&1"
+
+    def build(self, task: Task) -> dict:
+        resources = {name: self.meta.resources[name] for name in self.meta.task_resources}
+        return {"resources": resources, "env": self.env(task), "commands": [self.command()]}

@@ -1,0 +1,178 @@
+"""The Python ApplicationMaster: started by the Java AM (io.tonypy.am.ApplicationMaster).
+
+Wires the pieces together: the Py4J gateway to the JVM that talks to YARN, the coordinator
+that owns the job, the HTTP server for executors and the tracking URL, and the main loop that
+relays RM/NM events and the clock to the coordinator until the job is decided.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from py4j.java_gateway import GatewayParameters, JavaGateway
+
+from tony_py.am.coordinator import Coordinator
+from tony_py.am.launch import JobMeta, TaskLauncher
+from tony_py.am.server import AmHttpServer
+from tony_py.am.tasks import Task
+from tony_py.config.layers import TonyConf
+from tony_py.config.spec import JobSpec, TaskType, build_job_spec
+from tony_py.config.xmlconf import read_xml
+
+log = logging.getLogger("tony.am")
+
+FINAL_CONF = "tony-final.xml"
+JOB_META = "tony-job.json"
+POLL_MS = 200
+
+
+class BridgePort:
+    """The coordinator's ClusterPort, backed by the Java AmBridge over Py4J."""
+
+    def __init__(self, bridge, spec: JobSpec):
+        self.bridge = bridge
+        self.spec = spec
+
+    def request(self, request_id: int, task_type: TaskType, count: int) -> None:
+        label = task_type.node_label or self.spec.node_label
+        r = task_type.resources
+        self.bridge.request(request_id, request_id, r.memory_mb, r.vcores, r.gpus, label, count)
+
+    def cancel_requests(self, request_id: int) -> None:
+        self.bridge.cancelRequests(request_id)
+
+    def launch(self, container_id: str, launch_spec: dict) -> None:
+        self.bridge.launch(container_id, json.dumps(launch_spec))
+
+    def stop(self, container_id: str) -> None:
+        self.bridge.stop(container_id)
+
+    def release(self, container_id: str) -> None:
+        self.bridge.release(container_id)
+
+    def set_progress(self, progress: float) -> None:
+        self.bridge.setProgress(float(progress))
+
+    def set_heartbeat_interval(self, ms: int) -> None:
+        self.bridge.setHeartbeatInterval(int(ms))
+
+
+def load_spec(path: Path) -> JobSpec:
+    conf = TonyConf()
+    conf.update(read_xml(path), FINAL_CONF)
+    return build_job_spec(conf)
+
+
+def log_url_for(user: str):
+    def url(task: Task) -> str | None:
+        c = task.last_container
+        if c is None or not c.node_http:
+            return None
+        return f"http://{c.node_http}/node/containerlogs/{c.id}/{user}"
+
+    return url
+
+
+def dispatch(coordinator: Coordinator, event: dict) -> None:
+    kind = event.get("type")
+    if kind == "allocated":
+        coordinator.on_allocated(event["container"])
+    elif kind == "started":
+        coordinator.on_started(event["container_id"])
+    elif kind == "start_failed":
+        coordinator.on_start_failed(event["container_id"], event.get("message", ""))
+    elif kind == "completed":
+        coordinator.on_completed(event["container_id"], int(event["exit_status"]), event.get("diagnostics") or "")
+    elif kind == "shutdown_request":
+        coordinator.kill("the ResourceManager asked the AM to shut down")
+    elif kind == "rm_error":
+        coordinator.kill(f"lost the ResourceManager: {event.get('message')}")
+    elif kind in ("stopped", "stop_failed", "nodes_updated"):
+        log.debug("event %s", event)
+    else:
+        log.warning("unknown event %s", event)
+
+
+def run() -> int:
+    gateway_port = int(os.environ["TONY_GATEWAY_PORT"])
+    gateway_secret = os.environ.pop("TONY_GATEWAY_SECRET")
+    app_secret = os.environ.pop("TONY_APP_SECRET")
+    gateway = JavaGateway(
+        gateway_parameters=GatewayParameters(
+            address="127.0.0.1", port=gateway_port, auth_token=gateway_secret, auto_convert=True
+        )
+    )
+    bridge = gateway.entry_point
+    spec = load_spec(Path(FINAL_CONF))
+    meta = JobMeta.from_json(json.loads(Path(JOB_META).read_text()))
+    log.info("AM for %s attempt %d: %s, %d tasks", meta.app_id, bridge.attemptNumber(),
+             spec.framework, len(spec.tasks()))
+
+    host = os.environ.get("NM_HOST") or socket.getfqdn()
+    bind_ip = socket.gethostbyname(host)
+    bridge.start(1000)
+    port = BridgePort(bridge, spec)
+    holder: dict = {}
+
+    def build_launch(task: Task) -> dict:
+        return holder["launcher"].build(task)
+
+    coordinator = Coordinator(spec, port, build_launch)
+    log_url = log_url_for(meta.user)
+
+    def status() -> dict:
+        data = coordinator.status(log_url)
+        data.update(app_id=meta.app_id, am_attempt=bridge.attemptNumber(), name=spec.name)
+        return data
+
+    server = AmHttpServer((bind_ip, 0), coordinator, app_secret, status)
+    threading.Thread(target=server.serve_forever, name="am-http", daemon=True).start()
+    tracking_url = f"http://{host}:{server.port}/"
+    holder["launcher"] = TaskLauncher(spec, meta, host, server.port, app_secret)
+    reg = json.loads(bridge.register(host, server.port, tracking_url))
+    log.info("registered with the RM; tracking URL %s; max container %s", tracking_url, reg.get("max_capability"))
+    coordinator.timeline["am_registered"] = time.time()
+
+    stop_requested = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
+    coordinator.start()
+    while not coordinator.done:
+        if stop_requested.is_set():
+            coordinator.kill("the AM received SIGTERM (application killed)")
+        for event in json.loads(bridge.poll(POLL_MS)):
+            dispatch(coordinator, event)
+        coordinator.tick()
+
+    final = coordinator.final_status or "FAILED"
+    diagnostics = coordinator.diagnostics()
+    log.info("job %s\n%s", final, diagnostics)
+    # Let a following client read the final task table before the tracking URL goes away.
+    server.final_status_served.wait(timeout=spec.client_stop_wait_s)
+    bridge.unregister(final, diagnostics[:60000], tracking_url)
+    try:
+        bridge.fs().delete(meta.staging_dir, True)
+    except Exception as exc:  # noqa: BLE001 - cleanup is best effort; the client retries
+        log.warning("could not delete the staging dir %s: %s", meta.staging_dir, exc)
+    server.shutdown()
+    return 0
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        code = run()
+    except Exception:
+        log.exception("the Python AM failed")
+        code = 1
+    sys.exit(code)

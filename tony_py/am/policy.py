@@ -1,0 +1,136 @@
+"""Success, failure and restart rules: pure functions of the job spec and the task table.
+
+TonY's rules (kept for compatibility):
+- the chief is `chief:0`, else `worker:0`; the job fails at once when it fails, when a task of
+  a stop-on-failure type (default: ps) fails, when an untracked task fails, or — with
+  tony.application.fail-on-worker-failure-enabled — when any tracked task fails;
+- a failed non-chief worker otherwise does not stop training; the job succeeds once every
+  tracked task has finished, unless all of them failed;
+- sidecar tasks (tensorboard) never decide anything.
+TonY-py adds, before those rules: a retryable failure of any task restarts the whole gang
+while tony.am.retry-count allows (synchronous training cannot go on with a member missing).
+"""
+
+from __future__ import annotations
+
+import enum
+import signal as signal_mod
+from dataclasses import dataclass
+
+from tony_py.am.tasks import Failure, FailureKind, Task
+from tony_py.config.spec import JobSpec
+
+# YARN ContainerExitStatus values.
+EXIT_ABORTED = -100
+EXIT_DISKS_FAILED = -101
+EXIT_PREEMPTED = -102
+EXIT_KILLED_EXCEEDED_VMEM = -103
+EXIT_KILLED_EXCEEDED_PMEM = -104
+EXIT_KILLED_BY_APPMASTER = -105
+EXIT_KILLED_BY_RESOURCEMANAGER = -106
+EXIT_KILLED_AFTER_APP_COMPLETION = -107
+EXIT_KILLED_BY_CONTAINER_SCHEDULER = -108
+EXIT_KILLED_FOR_EXCESS_LOGS = -109
+
+INFRASTRUCTURE_EXITS = {
+    EXIT_ABORTED: "the container was aborted (released, or its node was lost)",
+    EXIT_DISKS_FAILED: "the node's disks failed",
+    EXIT_PREEMPTED: "the container was preempted by the scheduler",
+    EXIT_KILLED_BY_RESOURCEMANAGER: "the ResourceManager killed the container",
+    EXIT_KILLED_BY_CONTAINER_SCHEDULER: "the NodeManager's container scheduler killed the container",
+}
+MEMORY_EXITS = {
+    EXIT_KILLED_EXCEEDED_VMEM: "the container exceeded its virtual memory limit",
+    EXIT_KILLED_EXCEEDED_PMEM: "the container exceeded its physical memory limit",
+}
+
+
+class Action(str, enum.Enum):
+    CONTINUE = "continue"
+    SUCCEED = "succeed"
+    FAIL = "fail"
+    RESTART = "restart"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    message: str = ""
+    failure: Failure | None = None
+
+
+CONTINUE = Decision(Action.CONTINUE)
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal_mod.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def describe_exit(exit_code: int | None, signal: str | None) -> str:
+    if signal:
+        return f"killed by {signal}"
+    return f"exit code {exit_code}"
+
+
+def container_failure_kind(exit_status: int) -> FailureKind:
+    """How to read the exit status of a container whose executor never reported a result."""
+    if exit_status in INFRASTRUCTURE_EXITS:
+        return FailureKind.INFRASTRUCTURE
+    if exit_status in MEMORY_EXITS:
+        return FailureKind.EXIT_CODE
+    return FailureKind.LOST
+
+
+def is_retryable(spec: JobSpec, failure: Failure) -> bool:
+    if failure.kind == FailureKind.SIGNAL:
+        return spec.retry_on_signal
+    if failure.kind in (FailureKind.INFRASTRUCTURE, FailureKind.LOST, FailureKind.LAUNCH):
+        return spec.retry_on_infrastructure
+    if failure.kind == FailureKind.EXIT_CODE:
+        return failure.exit_code in spec.retryable_exit_codes
+    return False  # timeouts: restarting a hung job rarely un-hangs it
+
+
+def after_failure(spec: JobSpec, tasks: dict[str, Task], task: Task, restarts_used: int) -> Decision:
+    failure = task.failure
+    assert failure is not None
+    if task.id.type in spec.sidecar:
+        return CONTINUE
+    if is_retryable(spec, failure) and restarts_used < spec.am_retry_count:
+        return Decision(
+            Action.RESTART,
+            f"restarting all tasks (restart {restarts_used + 1} of {spec.am_retry_count}) after "
+            f"{failure.headline()}",
+            failure,
+        )
+    if task.id == spec.chief():
+        return Decision(Action.FAIL, f"the chief {failure.headline()}", failure)
+    if task.id.type in spec.stop_on_failure:
+        return Decision(Action.FAIL, f"stop-on-failure task {failure.headline()}", failure)
+    if not task.tracked:
+        return Decision(Action.FAIL, f"untracked task {failure.headline()}", failure)
+    if spec.fail_on_worker_failure:
+        return Decision(
+            Action.FAIL,
+            f"{failure.headline()} (tony.application.fail-on-worker-failure-enabled=true)",
+            failure,
+        )
+    return completion(spec, tasks)
+
+
+def completion(spec: JobSpec, tasks: dict[str, Task]) -> Decision:
+    """Once every tracked task has finished: success unless all of them failed."""
+    tracked = [t for t in tasks.values() if t.tracked]
+    if not tracked or not all(t.state.finished for t in tracked):
+        return CONTINUE
+    failed = [t for t in tracked if t.failure is not None]
+    if failed and len(failed) == len(tracked):
+        first = min((t.failure for t in failed), key=lambda f: f.time)
+        return Decision(Action.FAIL, f"every tracked task failed; first: {first.headline()}", first)
+    if failed:
+        names = ", ".join(t.name for t in failed)
+        return Decision(Action.SUCCEED, f"all tracked tasks finished; some worker tasks failed: {names}")
+    return Decision(Action.SUCCEED, "all tracked tasks succeeded")

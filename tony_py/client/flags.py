@@ -1,0 +1,72 @@
+"""TonY's command-line flags, in all of TonY's forms: `-executes x`, `--executes x`, `--executes=x`.
+
+TonY parses with commons-cli's GnuParser; users' scripts pass single-dash long options, so
+argparse gets both spellings of every flag. Usage errors exit with code 2 and name the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+
+from tony_py.errors import UsageError
+
+FLAGS: tuple[tuple[str, str, str], ...] = (
+    # (name, kind, help); kind: value | repeat | switch
+    ("executes", "value", "the command or script each task runs (relative to src_dir)"),
+    ("task_params", "value", "arguments appended to the command"),
+    ("python_venv", "value", "a zipped Python virtualenv (local or remote); unzipped into ./venv"),
+    ("python_binary_path", "value", "python to run `executes` with: relative to venv/, or absolute"),
+    ("src_dir", "value", "directory whose contents are unpacked into each task's working dir"),
+    ("shell_env", "repeat", "NAME=value for the user process (repeatable)"),
+    ("container_env", "repeat", "NAME=value for the container (repeatable)"),
+    ("conf_file", "value", "a tony.xml configuration file"),
+    ("conf", "repeat", "key=value configuration override (repeatable)"),
+    ("hdfs_classpath", "value", "comma-separated remote dirs whose files go on the tasks' CLASSPATH"),
+    ("sidecar_tensorboard_log_dir", "value", "run a TensorBoard sidecar task on this log dir"),
+)
+
+
+@dataclass
+class SubmitArgs:
+    executes: str | None = None
+    task_params: str | None = None
+    python_venv: str | None = None
+    python_binary_path: str | None = None
+    src_dir: str | None = None
+    shell_env: list[str] = field(default_factory=list)
+    container_env: list[str] = field(default_factory=list)
+    conf_file: str | None = None
+    conf: list[str] = field(default_factory=list)
+    hdfs_classpath: str | None = None
+    sidecar_tensorboard_log_dir: str | None = None
+    detach: bool = False
+    quiet: bool = False
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit code 2 (argparse's own code too)
+        raise UsageError(f"{message} (see --help)")
+
+
+def build_parser(prog: str = "tony submit") -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=prog,
+        description="Submit a distributed training job to YARN (TonY-compatible flags).",
+        allow_abbrev=False,
+    )
+    for name, kind, help_text in FLAGS:
+        spellings = [f"--{name}", f"-{name}"]
+        if kind == "repeat":
+            parser.add_argument(*spellings, dest=name, action="append", default=[], metavar="K=V", help=help_text)
+        else:
+            parser.add_argument(*spellings, dest=name, help=help_text)
+    parser.add_argument("--detach", "-detach", action="store_true",
+                        help="return once the job is submitted instead of following it")
+    parser.add_argument("--quiet", "-quiet", action="store_true", help="print only the final result")
+    return parser
+
+
+def parse_args(argv: list[str], prog: str = "tony submit") -> SubmitArgs:
+    ns = build_parser(prog).parse_args(argv)
+    return SubmitArgs(**vars(ns))

@@ -1,0 +1,204 @@
+"""Everything the job ships, staged on the cluster file system.
+
+Per job, in <home>/.tony/<appId>/ (mode 0700, deleted when the job ends): the zipped src_dir,
+the resolved config (tony-final.xml), the AM's job description (tony-job.json) and local files
+named in tony.containers.resources.
+
+Shared by every job, in <home>/.tony/cache/, named by content hash: the venv zip, the TonY-py
+runtime (tony_py + py4j + defusedxml [+ psutil] for the AM and executors) and the jar. A file
+whose hash is already there is not uploaded again, and because its path and timestamp do not
+change, NodeManagers reuse their localized copy (PUBLIC when the path is world-readable,
+else PRIVATE: cached per user). TonY re-uploaded the venv on every submit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tony_py import paths
+from tony_py.errors import UsageError
+
+CACHE_DIR = ".tony/cache"
+STAGING_ROOT = ".tony"
+_ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
+# Pure-Python (or abi3) packages the AM and executors import, shipped with every job.
+RUNTIME_PACKAGES = ("tony_py", "py4j", "defusedxml", "psutil")
+_SKIP_DIRS = {"__pycache__", "tests"}
+
+
+@dataclass
+class Resource:
+    """A file YARN localizes into a container; `path` is fully qualified."""
+
+    path: str
+    size: int
+    mtime: int
+    type: str = "FILE"  # FILE | ARCHIVE
+    visibility: str = "APPLICATION"  # PUBLIC | PRIVATE | APPLICATION
+
+    def to_json(self) -> dict:
+        return dict(self.__dict__)
+
+
+# ---- building local artefacts ------------------------------------------------------------------
+def _deterministic_zip(entries: list[tuple[str, Path]], out: io.BufferedIOBase) -> None:
+    """Zip with fixed timestamps and sorted names, so equal content gives equal bytes."""
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
+        for arcname, path in sorted(entries):
+            info = zipfile.ZipInfo(arcname, date_time=_ZIP_EPOCH)
+            mode = path.stat().st_mode & 0o777
+            info.external_attr = (0o100000 | (mode or 0o644)) << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, path.read_bytes())
+
+
+def _package_files(package: str) -> tuple[Path, list[tuple[str, Path]]] | None:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    root = Path(list(spec.submodule_search_locations)[0])
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+        for name in filenames:
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            p = Path(dirpath) / name
+            files.append((f"{package}/{p.relative_to(root).as_posix()}", p))
+    return root, files
+
+
+def build_runtime_zip(target: Path) -> Path:
+    entries: list[tuple[str, Path]] = []
+    for package in RUNTIME_PACKAGES:
+        found = _package_files(package)
+        if found is None:
+            if package == "psutil":
+                continue  # optional: executors report fewer metrics without it
+            raise UsageError(f"the Python package {package!r} is missing from this environment")
+        entries.extend(found[1])
+    with open(target, "wb") as out:
+        _deterministic_zip(entries, out)
+    return target
+
+
+def zip_src_dir(src_dir: Path, target: Path) -> Path:
+    entries = []
+    for dirpath, dirnames, filenames in os.walk(src_dir):
+        dirnames[:] = sorted(d for d in dirnames if d != "__pycache__")
+        for name in filenames:
+            p = Path(dirpath) / name
+            if p.is_file():
+                entries.append((p.relative_to(src_dir).as_posix(), p))
+    with open(target, "wb") as out:
+        _deterministic_zip(entries, out)
+    return target
+
+
+def sha256_file(path: Path) -> str:
+    """Content hash, remembered by (path, size, mtime) so an unchanged multi-GB venv zip is
+    hashed once, not on every submit."""
+    st = path.stat()
+    key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    memo_path = paths.cache_dir() / "hashes.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if key in memo:
+        return memo[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    memo = {k: v for k, v in memo.items() if not k.startswith(f"{path.resolve()}:")}
+    memo[key] = digest
+    tmp = memo_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(memo))
+    tmp.replace(memo_path)
+    return digest
+
+
+def check_local_inputs(src_dir: str | None, python_venv: str | None) -> None:
+    """The input checks that need no cluster: run before anything is started or uploaded."""
+    if src_dir and not _is_remote(src_dir):
+        p = Path(src_dir)
+        if not p.exists():
+            raise UsageError(f"--src_dir {src_dir}: no such directory")
+        if not (p.is_dir() or zipfile.is_zipfile(p)):
+            raise UsageError(f"--src_dir {src_dir}: not a directory or a zip file")
+    if python_venv and not _is_remote(python_venv):
+        p = Path(python_venv)
+        if not p.is_file():
+            raise UsageError(f"--python_venv {python_venv}: no such file")
+        if not zipfile.is_zipfile(p):
+            raise UsageError(f"--python_venv {python_venv}: not a zip file (zip the virtualenv's directory)")
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+# ---- uploading -----------------------------------------------------------------------------------
+class Stager:
+    """Uploads through the client JVM's Hadoop FileSystem (gateway.fs)."""
+
+    def __init__(self, gateway, app_id: str):
+        self.gw = gateway
+        self.fs = gateway.fs
+        self.home = gateway.call("home directory", self.fs.homeDirectory)
+        self.app_id = app_id
+        self.staging_dir = f"{self.home}/{STAGING_ROOT}/{app_id}"
+        self.cache_dir = f"{self.home}/{CACHE_DIR}"
+        self.uploaded: list[str] = []  # names of cache entries this submit had to upload
+        self.reused: list[str] = []
+
+    def create_dirs(self) -> None:
+        self.gw.call("create the staging dir", self.fs.mkdirs, self.staging_dir, 0o700)
+        if not self.gw.call("check the cache dir", self.fs.exists, self.cache_dir):
+            self.gw.call("create the cache dir", self.fs.mkdirs, self.cache_dir, 0o755)
+
+    def _describe(self, path: str) -> dict | None:
+        return self.gw.json(f"stat {path}", self.fs.describe, path)
+
+    def upload_private(self, local: Path, name: str, type_: str = "FILE") -> Resource:
+        """A per-job file in the staging dir."""
+        desc = self.gw.json(f"upload {local}", self.fs.upload, str(local), f"{self.staging_dir}/{name}", 0o600)
+        return Resource(desc["path"], desc["size"], desc["mtime"], type_, "APPLICATION")
+
+    def upload_cached(self, local: Path, name: str, type_: str) -> Resource:
+        """A content-addressed file in the shared cache; uploaded only if it is not there yet."""
+        remote = f"{self.cache_dir}/{name}"
+        desc = self._describe(remote)
+        if desc is None:
+            desc = self.gw.json(f"upload {local}", self.fs.upload, str(local), remote, 0o644)
+            self.uploaded.append(name)
+        else:
+            self.reused.append(name)
+        return Resource(desc["path"], desc["size"], desc["mtime"], type_, "PUBLIC" if desc["public"] else "PRIVATE")
+
+    def remote(self, path: str, type_: str) -> Resource:
+        desc = self._describe(path)
+        if desc is None:
+            raise UsageError(f"{path}: no such file on the cluster file system")
+        return Resource(desc["path"], desc["size"], desc["mtime"], type_, "PUBLIC" if desc["public"] else "PRIVATE")
+
+    def write_text(self, name: str, text: str) -> Resource:
+        path = f"{self.staging_dir}/{name}"
+        self.gw.call(f"write {name}", self.fs.writeText, path, text)
+        desc = self._describe(path)
+        return Resource(desc["path"], desc["size"], desc["mtime"], "FILE", "APPLICATION")
+
+    def cleanup(self) -> None:
+        try:
+            self.gw.call("delete the staging dir", self.fs.delete, self.staging_dir, True)
+        except Exception:  # noqa: BLE001 - best effort; the AM deletes it too
+            pass

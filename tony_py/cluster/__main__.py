@@ -1,0 +1,5 @@
+import sys
+
+from tony_py.cluster.cli import main
+
+sys.exit(main())

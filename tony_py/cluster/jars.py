@@ -1,0 +1,88 @@
+"""Resolve the Hadoop daemon jars from Maven Central, once per version.
+
+The version is the `hadoop.version` property of the root pom.xml (one place). Maven does the
+resolution (transitive dependencies, checksums, its own ~/.m2 cache); the resulting flat lib
+dir is cached under ~/.cache/tony-py/hadoop-<version>/ so later `up`s do not run Maven.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import defusedxml.ElementTree as ET
+
+from tony_py import paths
+from tony_py.errors import SetupError
+
+_POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+_COMPLETE_MARKER = ".complete"
+
+
+def pom_property(name: str, pom: Path | None = None) -> str:
+    pom = pom or paths.SOURCE_ROOT / "pom.xml"
+    try:
+        root = ET.parse(pom).getroot()
+    except (OSError, ET.ParseError) as exc:
+        raise SetupError(f"cannot read {pom}: {exc}") from exc
+    node = root.find(f"m:properties/m:{name}", _POM_NS)
+    if node is None or not (node.text or "").strip():
+        raise SetupError(f"{pom} has no <{name}> property")
+    return node.text.strip()
+
+
+def pinned_hadoop_version() -> str:
+    return os.environ.get("TONY_HADOOP_VERSION") or pom_property("hadoop.version")
+
+
+def _run_maven(pom: Path, out: Path, properties: dict[str, str]) -> None:
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise SetupError("Maven (mvn) is needed once to fetch the Hadoop jars; install it")
+    cmd = [mvn, "-q", "-B", "-f", str(pom)]
+    cmd += [f"-D{k}={v}" for k, v in properties.items()]
+    cmd += ["dependency:copy-dependencies", f"-DoutputDirectory={out}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise SetupError(f"Maven could not resolve the Hadoop jars:\n{tail}")
+
+
+def ensure_hadoop_jars(version: str | None = None) -> Path:
+    """Return a directory holding every jar the daemons need, fetching it on first use."""
+    version = version or pinned_hadoop_version()
+    lib = paths.cache_dir() / f"hadoop-{version}" / "lib"
+    if (lib / _COMPLETE_MARKER).exists():
+        return lib
+    pom = paths.CLUSTER_DEFINITION_DIR / "pom.xml"
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    # Resolve into a temp dir and rename, so an interrupted download is never mistaken for
+    # a complete one.
+    tmp = Path(tempfile.mkdtemp(prefix="lib-", dir=lib.parent))
+    try:
+        _run_maven(
+            pom,
+            tmp,
+            {
+                "hadoop.version": version,
+                "distributedshell.version": pom_property("distributedshell.version"),
+            },
+        )
+        (tmp / _COMPLETE_MARKER).write_text(version + "\n")
+        if lib.exists():
+            shutil.rmtree(lib)
+        tmp.rename(lib)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return lib
+
+
+def distributedshell_jar(lib: Path) -> Path:
+    jars = sorted(lib.glob("hadoop-yarn-applications-distributedshell-*.jar"))
+    if not jars:
+        raise SetupError(f"no distributed-shell jar in {lib}")
+    return jars[-1]

@@ -1,0 +1,15 @@
+"""TonY configuration: layered Hadoop-XML files, validated into a JobSpec."""
+
+from tony_py.config.layers import TonyConf, load_conf
+from tony_py.config.spec import JobSpec, Resources, TaskId, TaskType, build_job_spec, check_fits
+
+__all__ = [
+    "JobSpec",
+    "Resources",
+    "TaskId",
+    "TaskType",
+    "TonyConf",
+    "build_job_spec",
+    "check_fits",
+    "load_conf",
+]

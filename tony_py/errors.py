@@ -1,0 +1,36 @@
+"""Errors that end a command with a specific exit code and a one-line message."""
+
+from __future__ import annotations
+
+# Exit codes of every TonY-py command.
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1
+EXIT_USAGE = 2
+
+
+class TonyError(Exception):
+    """Base of the errors a command reports as one line, without a traceback."""
+
+    exit_code = EXIT_JOB_FAILED
+
+
+class UsageError(TonyError):
+    """Bad flags, config keys or files: nothing was submitted or uploaded."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UsageError):
+    """A config key has a value that is not allowed; the message names the key."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+class SetupError(TonyError):
+    """The machine lacks something TonY-py needs (a JDK, Maven, the jar, a cluster).
+
+    Nothing was submitted, so it shares the usage-error exit code."""
+
+    exit_code = EXIT_USAGE

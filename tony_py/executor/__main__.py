@@ -1,0 +1,3 @@
+from tony_py.executor.main import main
+
+main()

@@ -1,0 +1,281 @@
+"""The executor: the supervisor of one task in one YARN container.
+
+Per gang attempt:
+  reserve port(s) ─▶ register host:port ─▶ long-poll for the cluster spec ─▶ set the env,
+  release the ports, start the user process ─▶ heartbeat while it runs ─▶ report its exact
+  exit code or signal ─▶ do what the AM answers: exit, or restart in place (next attempt).
+An AM instruction to restart or stop can also arrive with any heartbeat; then the process group
+is killed first. If the AM stops answering, the executor kills its process group and exits.
+
+Standard library only (psutil is used for metrics when the client shipped it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import resource
+import signal
+import socket
+import sys
+import threading
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tony_py.executor.channel import AmChannel, AmUnreachable
+from tony_py.executor.process import UserProcess, describe_returncode, tail
+
+log = logging.getLogger("tony.executor")
+
+# Variables that are the executor's business, not the user process's.
+_PRIVATE_ENV = (
+    "TONY_APP_SECRET",
+    "TONY_TASK_COMMAND",
+    "TONY_EXECUTION_ENV",
+    "TONY_SRC_ZIP",
+    "TONY_RUNTIME_DIR",
+    "TONY_RESERVE_TB_PORT",
+    "TONY_REGISTRY_TIMEOUT_S",
+    "TONY_EXECUTION_TIMEOUT_MS",
+)
+
+
+@dataclass
+class Settings:
+    task: str
+    am_url: str
+    secret: str
+    container_id: str
+    command: str
+    execution_env: dict
+    heartbeat_s: float
+    execution_timeout_s: float
+    registry_timeout_s: float
+    reserve_tb_port: bool
+    src_zip: str | None
+    runtime_dir: str
+    log_dir: Path
+    am_lost_timeout_s: float
+
+    @classmethod
+    def from_env(cls, env: dict) -> "Settings":
+        heartbeat_s = int(env.get("TONY_HEARTBEAT_MS", "1000")) / 1000
+        return cls(
+            task=env["TONY_TASK"],
+            am_url=env["TONY_AM_URL"],
+            secret=env.pop("TONY_APP_SECRET"),
+            container_id=env.get("CONTAINER_ID", ""),
+            command=env["TONY_TASK_COMMAND"],
+            execution_env=json.loads(env.get("TONY_EXECUTION_ENV") or "{}"),
+            heartbeat_s=heartbeat_s,
+            execution_timeout_s=int(env.get("TONY_EXECUTION_TIMEOUT_MS", "0")) / 1000,
+            registry_timeout_s=float(env.get("TONY_REGISTRY_TIMEOUT_S", "0")),
+            reserve_tb_port=env.get("TONY_RESERVE_TB_PORT") == "1",
+            src_zip=env.get("TONY_SRC_ZIP"),
+            runtime_dir=env.get("TONY_RUNTIME_DIR", ""),
+            log_dir=Path((env.get("LOG_DIRS") or ".").split(",")[0]),
+            am_lost_timeout_s=float(env.get("TONY_AM_LOST_TIMEOUT_S", "60")),
+        )
+
+
+class Instruction(Exception):
+    """The AM told this executor to exit or to restart at another attempt."""
+
+    def __init__(self, answer: dict):
+        super().__init__(answer.get("action"))
+        self.action = answer.get("action")
+        self.attempt = int(answer.get("attempt", 0))
+        self.reason = answer.get("reason", "")
+
+
+def _check(answer: dict | None) -> dict | None:
+    if answer and answer.get("action") in ("exit", "restart"):
+        raise Instruction(answer)
+    return answer
+
+
+def reserve_ports(count: int) -> list[socket.socket]:
+    """Bind (without listening) so no one else takes the ports until the child starts."""
+    socks = []
+    for _ in range(count):
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("", 0))
+        socks.append(s)
+    return socks
+
+
+def unpack_src(zip_name: str | None, cwd: Path) -> None:
+    """Unzip the job's src_dir into the container's working dir, once, keeping file modes."""
+    if not zip_name or (cwd / ".tony_src_unpacked").exists():
+        return
+    with zipfile.ZipFile(cwd / zip_name) as zf:
+        for info in zf.infolist():
+            target = Path(zf.extract(info, cwd))
+            mode = (info.external_attr >> 16) & 0o777
+            if mode and not info.is_dir():
+                os.chmod(target, mode)
+    (cwd / ".tony_src_unpacked").touch()
+
+
+def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: Path) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if k not in _PRIVATE_ENV}
+    # Hadoop sets MALLOC_ARENA_MAX=4, which slows TensorFlow ~3x (TonY #346).
+    env.pop("MALLOC_ARENA_MAX", None)
+    if settings.runtime_dir:
+        parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != settings.runtime_dir]
+        if parts:
+            env["PYTHONPATH"] = os.pathsep.join(parts)
+        else:
+            env.pop("PYTHONPATH", None)
+    env.update({k: str(v) for k, v in settings.execution_env.items()})
+    env.update({k: str(v) for k, v in spec_env.items()})
+    error_file = str(cwd / f"tony-error-{attempt}.json")
+    env["TONY_ERROR_FILE"] = error_file
+    env["TORCHELASTIC_ERROR_FILE"] = error_file
+    return env
+
+
+def read_error_file(path: str) -> dict | None:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else {"message": str(data)[:2000]}
+
+
+class Executor:
+    def __init__(self, settings: Settings, channel: AmChannel, base_env: dict, cwd: Path):
+        self.s = settings
+        self.channel = channel
+        self.base_env = base_env
+        self.cwd = cwd
+        self.child: UserProcess | None = None
+        self.terminated = threading.Event()
+
+    def _body(self, attempt: int, **extra) -> dict:
+        return {"task": self.s.task, "attempt": attempt, "container": self.s.container_id, **extra}
+
+    def run(self) -> int:
+        attempt = 0
+        while True:
+            try:
+                self.run_attempt(attempt)
+                return 0
+            except Instruction as ins:
+                self._stop_child()
+                if ins.action == "restart" and not self.terminated.is_set():
+                    log.info("restarting in place for attempt %d", ins.attempt)
+                    attempt = ins.attempt
+                    continue
+                log.info("exiting: %s", ins.reason or ins.action)
+                return 0
+            except AmUnreachable as exc:
+                log.error("%s; killing the user process and exiting", exc)
+                self._stop_child()
+                return 3
+
+    def run_attempt(self, attempt: int) -> None:
+        socks = reserve_ports(2 if self.s.reserve_tb_port else 1)
+        try:
+            port = socks[0].getsockname()[1]
+            tb_port = socks[1].getsockname()[1] if len(socks) > 1 else None
+            _check(self.channel.post("/v1/register", self._body(attempt, port=port, tb_port=tb_port,
+                                                                 pid=os.getpid())))
+            log.info("registered %s attempt %d on port %d", self.s.task, attempt, port)
+            answer = self._wait_for_spec(attempt)
+            env = user_env(self.s, self.base_env, answer.get("env", {}), attempt, self.cwd)
+        finally:
+            for s in socks:  # released just before the child binds them
+                s.close()
+        out = self.s.log_dir / f"attempt-{attempt}.stdout"
+        err = self.s.log_dir / f"attempt-{attempt}.stderr"
+        self.child = UserProcess(self.s.command, env, str(self.cwd), out, err)
+        log.info("started pid %d: %s", self.child.pid, self.s.command)
+        _check(self.channel.post("/v1/started", self._body(attempt, pid=self.child.pid)))
+        code, timed_out = self._supervise(attempt)
+        exit_code, sig = describe_returncode(code)
+        self.child.close()
+        log.info("user process ended: %s", f"signal {sig}" if sig else f"exit code {exit_code}")
+        result = self._body(
+            attempt,
+            exit_code=exit_code,
+            signal=sig,
+            timed_out=timed_out,
+            stderr_tail=tail(err),
+            error=read_error_file(env["TONY_ERROR_FILE"]),
+        )
+        _check(self.channel.post("/v1/result", result))
+
+    def _wait_for_spec(self, attempt: int) -> dict:
+        deadline = time.monotonic() + self.s.registry_timeout_s if self.s.registry_timeout_s > 0 else None
+        while True:
+            answer = _check(self.channel.wait_spec(self.s.task, attempt, self.s.container_id))
+            if answer is not None:
+                return answer
+            if self.terminated.is_set():
+                raise Instruction({"action": "exit", "reason": "terminated"})
+            if deadline and time.monotonic() > deadline:
+                raise SystemExit(
+                    f"no cluster spec after {self.s.registry_timeout_s:.0f} s "
+                    "(tony.task.executor.registry-timeout-sec)"
+                )
+
+    def _supervise(self, attempt: int) -> tuple[int, bool]:
+        """Wait for the child, heartbeating; returns (returncode, timed_out)."""
+        started = time.monotonic()
+        next_beat = 0.0
+        while True:
+            code = self.child.poll(timeout=0.1)
+            if code is not None:
+                return code, False
+            now = time.monotonic()
+            if self.terminated.is_set():
+                raise Instruction({"action": "exit", "reason": "the container is being stopped"})
+            if self.s.execution_timeout_s > 0 and now - started > self.s.execution_timeout_s:
+                log.error("execution timeout (%.0f s): killing the process group", self.s.execution_timeout_s)
+                self.child.kill_group()
+                return self.child.returncode if self.child.returncode is not None else -9, True
+            if now >= next_beat:
+                next_beat = now + self.s.heartbeat_s
+                _check(self.channel.post("/v1/heartbeat", self._body(attempt, metrics=self._metrics())))
+
+    def _metrics(self) -> dict:
+        metrics = {"executor_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        if self.child is not None:
+            rss = self.child.tree_rss_bytes()
+            if rss is not None:
+                metrics["task_rss_bytes"] = rss
+        return metrics
+
+    def _stop_child(self) -> None:
+        if self.child is not None and self.child.returncode is None:
+            log.info("killing the process group of pid %d", self.child.pid)
+            self.child.kill_group()
+
+    def on_sigterm(self, *_):
+        # The NodeManager is stopping the container. The user process is in its own process
+        # group, which the NodeManager does not signal: stop it here, fast (SIGKILL follows
+        # within ~250 ms).
+        self.terminated.set()
+        if self.child is not None and self.child.returncode is None:
+            self.child.kill_group(grace_s=0.2)
+        raise SystemExit(143)
+
+
+def main() -> None:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    env = dict(os.environ)
+    settings = Settings.from_env(env)
+    os.environ.pop("TONY_APP_SECRET", None)
+    cwd = Path.cwd()
+    unpack_src(settings.src_zip, cwd)
+    channel = AmChannel(settings.am_url, settings.secret, give_up_after_s=settings.am_lost_timeout_s)
+    executor = Executor(settings, channel, env, cwd)
+    signal.signal(signal.SIGTERM, executor.on_sigterm)
+    log.info("executor for %s in %s (pid %d)", settings.task, settings.container_id, os.getpid())
+    sys.exit(executor.run())

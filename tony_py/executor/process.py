@@ -1,0 +1,145 @@
+"""Start, watch and stop the user's process, without leaving orphans.
+
+The user command runs as `bash -c <command>` in its own process group (so the executor can
+signal everything it started at once), with PR_SET_PDEATHSIG so the kernel kills it if the
+executor itself dies, and with stdout/stderr in their own files in the container's log dir.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+try:  # shipped with the job where the client has it; metrics degrade gracefully without it
+    import psutil
+except ImportError:  # pragma: no cover - exercised on nodes without psutil
+    psutil = None
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _child_setup() -> None:  # runs in the child between fork and exec
+    os.setpgid(0, 0)
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class UserProcess:
+    def __init__(self, command: str, env: dict[str, str], cwd: str, stdout: Path, stderr: Path):
+        self.stdout_path = stdout
+        self.stderr_path = stderr
+        self._out = open(stdout, "ab")
+        self._err = open(stderr, "ab")
+        self.popen = subprocess.Popen(
+            ["bash", "-c", command],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=self._out,
+            stderr=self._err,
+            preexec_fn=_child_setup,
+            close_fds=True,
+        )
+        self.pid = self.popen.pid
+
+    def poll(self, timeout: float) -> int | None:
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    def _descendants(self) -> list:
+        if psutil is None:
+            return []
+        try:
+            return psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return []
+
+    def kill_group(self, grace_s: float = 5.0) -> None:
+        """SIGTERM the whole process group (and strays that left it), then SIGKILL."""
+        strays = self._descendants()
+        for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+            for proc in strays:
+                try:
+                    proc.send_signal(sig)
+                except Exception:  # noqa: BLE001 - already gone
+                    pass
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                if self.popen.poll() is not None and not _group_alive(self.pid):
+                    break
+                time.sleep(0.05)
+            else:
+                continue
+            break
+        self.popen.poll()
+        self.close()
+
+    def close(self) -> None:
+        for f in (self._out, self._err):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    def tree_rss_bytes(self) -> int | None:
+        if psutil is None:
+            return None
+        total = 0
+        try:
+            procs = [psutil.Process(self.pid)] + psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return None
+        for proc in procs:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        return total
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def tail(path: Path, max_lines: int = 20, max_bytes: int = 8192) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    lines = data.decode(errors="replace").splitlines()
+    return "\n".join(lines[-max_lines:])
+
+
+def describe_returncode(code: int) -> tuple[int | None, str | None]:
+    """(exit_code, signal name): Popen reports death by signal N as -N; bash as 128+N."""
+    if code < 0:
+        try:
+            return None, signal.Signals(-code).name
+        except ValueError:
+            return None, f"signal {-code}"
+    return code, None

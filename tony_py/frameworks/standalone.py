@@ -1,0 +1,7 @@
+"""standalone: a single task that needs no cluster spec."""
+
+from __future__ import annotations
+
+
+def task_env(spec, cluster, task) -> dict[str, str]:
+    return {}
