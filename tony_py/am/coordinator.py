@@ -319,6 +319,7 @@ class Coordinator:
         stderr_tail: str = "",
         error: dict | None = None,
         timed_out: bool = False,
+        ended_at: float | None = None,
     ) -> dict:
         with self.lock:
             task = self.tasks.get(name)
@@ -329,7 +330,7 @@ class Coordinator:
                 return stale
             task.exit_code = exit_code
             task.signal = signal
-            task.finished_at = self.clock()
+            task.finished_at = ended_at or self.clock()
             if exit_code == 0 and not signal:
                 task.state = TaskState.SUCCEEDED
                 self._note(f"{task.name} succeeded")
@@ -344,7 +345,7 @@ class Coordinator:
                 if error and error.get("message"):
                     message += f": {error.get('type') or 'error'}: {error['message']}"
                 self._fail(task, kind, message, exit_code=exit_code, signal=signal,
-                           stderr_tail=stderr_tail, error=error)
+                           stderr_tail=stderr_tail, error=error, when=task.finished_at)
             self.cond.notify_all()
             return self._instruction(task, attempt, container_id) or self._after_result(task)
 
@@ -362,7 +363,7 @@ class Coordinator:
             attempt=task.attempt,
             kind=kind,
             message=message,
-            time=self.clock(),
+            time=details.pop("when", None) or self.clock(),
             host=details.pop("host", None) or (container.host if container else None),
             container_id=details.pop("container_id", None) or (container.id if container else None),
             **details,
@@ -484,9 +485,12 @@ class Coordinator:
         return self.state == JobState.DONE
 
     def root_cause(self) -> Failure | None:
-        if self.decision is not None and self.decision.failure is not None:
-            return self.decision.failure
-        return min(self.failures, key=lambda f: f.time) if self.failures else None
+        """The earliest failure of the last attempt that failed: in a gang, the first task to
+        die usually takes the others down with it, so later failures are consequences."""
+        if not self.failures:
+            return None
+        last = max(f.attempt for f in self.failures)
+        return min((f for f in self.failures if f.attempt == last), key=lambda f: f.time)
 
     def diagnostics(self) -> str:
         """What YARN records as the application's diagnostics (and the client prints)."""

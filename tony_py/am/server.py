@@ -83,7 +83,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         if url.path in ("/status.json", "/api/status"):
             status = self.server.status_fn()
-            if status.get("final_status"):
+            if status.get("state") == "DONE":
                 self.server.final_status_served.set()
             return self._send(200, status)
         if url.path in ("/", "/index.html"):
@@ -126,6 +126,7 @@ class _Handler(BaseHTTPRequestHandler):
                     stderr_tail=body.get("stderr_tail") or "",
                     error=body.get("error"),
                     timed_out=bool(body.get("timed_out")),
+                    ended_at=body.get("ended_at"),
                 )
             else:
                 return self._send(404, {"error": "not found"})

@@ -8,6 +8,7 @@ a submitted application is killed.
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import secrets
@@ -171,7 +172,7 @@ class Submission:
         meta = JobMeta(
             app_id=self.app_id,
             staging_dir=st.staging_dir,
-            user=os.environ.get("USER") or os.environ.get("LOGNAME") or "",
+            user=getpass.getuser(),
             resources={},
             task_resources=task_links + ["tony-final.xml"],
             task_python=self.job.task_python,

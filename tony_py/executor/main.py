@@ -196,6 +196,7 @@ class Executor:
         log.info("started pid %d: %s", self.child.pid, self.s.command)
         _check(self.channel.post("/v1/started", self._body(attempt, pid=self.child.pid)))
         code, timed_out = self._supervise(attempt)
+        ended_at = time.time()
         exit_code, sig = describe_returncode(code)
         self.child.close()
         log.info("user process ended: %s", f"signal {sig}" if sig else f"exit code {exit_code}")
@@ -204,6 +205,7 @@ class Executor:
             exit_code=exit_code,
             signal=sig,
             timed_out=timed_out,
+            ended_at=ended_at,
             stderr_tail=tail(err),
             error=read_error_file(env["TONY_ERROR_FILE"]),
         )

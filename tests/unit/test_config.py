@@ -1,0 +1,160 @@
+import textwrap
+
+import pytest
+
+from tony_py.config.layers import load_conf
+from tony_py.config.spec import TaskId, build_job_spec, check_fits, parse_memory_mb
+from tony_py.errors import ConfigError, UsageError
+
+
+def write(path, props):
+    body = "".join(f"<property><name>{k}</name><value>{v}</value></property>" for k, v in props.items())
+    path.write_text(f"<?xml version='1.0'?><configuration>{body}</configuration>")
+    return path
+
+
+def spec_from(tmp_path, overrides=(), conf_file=None, env=None):
+    conf = load_conf(conf_file, ["tony.containers.command=python x.py", *overrides], env=env or {}, cwd=tmp_path)
+    return build_job_spec(conf)
+
+
+@pytest.mark.parametrize("text,mb", [("2g", 2048), ("2048m", 2048), ("2048", 2048), ("1.5g", 1536),
+                                     ("512M", 512), ("1G", 1024), ("3gb", 3072), ("1048576k", 1024)])
+def test_memory_strings(text, mb):
+    assert parse_memory_mb(text, "k") == mb
+
+
+@pytest.mark.parametrize("text", ["", "two gigs", "-1g", "0", "2x", "g"])
+def test_bad_memory_strings_name_the_key(text):
+    with pytest.raises(ConfigError) as err:
+        parse_memory_mb(text, "tony.worker.memory")
+    assert "tony.worker.memory" in str(err.value)
+
+
+def test_layering_conf_beats_site_beats_conf_file_beats_defaults(tmp_path):
+    conf_file = write(tmp_path / "job.xml", {"tony.worker.instances": "2", "tony.worker.memory": "3g",
+                                             "tony.worker.vcores": "2", "tony.yarn.queue": "q1"})
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    write(site_dir / "tony-site.xml", {"tony.worker.memory": "4g", "tony.yarn.queue": "q2"})
+    spec = spec_from(tmp_path, ["tony.yarn.queue=q3"], conf_file=str(conf_file),
+                     env={"TONY_CONF_DIR": str(site_dir)})
+    worker = spec.type("worker")
+    assert worker.instances == 2  # conf_file beats defaults
+    assert worker.resources.vcores == 2
+    assert worker.resources.memory_mb == 4096  # tony-site beats conf_file
+    assert spec.queue == "q3"  # --conf beats everything
+    assert spec.am.memory_mb == 2048  # built-in default
+
+
+def test_tony_xml_in_cwd_is_used_without_conf_file(tmp_path):
+    write(tmp_path / "tony.xml", {"tony.worker.instances": "3"})
+    assert spec_from(tmp_path).type("worker").instances == 3
+
+
+def test_conf_appends_to_list_keys(tmp_path):
+    conf_file = write(tmp_path / "job.xml", {"tony.worker.instances": "1", "tony.execution.envs": "A=1"})
+    spec = spec_from(tmp_path, ["tony.execution.envs=B=2"], conf_file=str(conf_file))
+    assert spec.execution_env == {"A": "1", "B": "2"}
+
+
+def test_variable_expansion(tmp_path):
+    spec = spec_from(tmp_path, ["tony.worker.instances=1", "tony.x.mem=3g", "tony.worker.memory=${tony.x.mem}"])
+    assert spec.type("worker").resources.memory_mb == 3072
+
+
+def test_types_ordering_and_chief_rule(tmp_path):
+    spec = spec_from(tmp_path, ["tony.ps.instances=1", "tony.worker.instances=2", "tony.chief.instances=1"])
+    assert spec.type_names() == ["chief", "worker", "ps"]
+    assert spec.chief() == TaskId("chief", 0)
+    assert [str(t) for t in spec.tracked_tasks()] == ["chief:0", "worker:0", "worker:1"]
+    spec = spec_from(tmp_path, ["tony.ps.instances=1", "tony.worker.instances=2"])
+    assert spec.chief() == TaskId("worker", 0)
+
+
+@pytest.mark.parametrize("override,key", [
+    ("tony.application.framework=caffe", "tony.application.framework"),
+    ("tony.worker.instances=-1", "tony.worker.instances"),
+    ("tony.worker.instances=two", "tony.worker.instances"),
+    ("tony.worker.vcores=0", "tony.worker.vcores"),
+    ("tony.worker.gpus=-2", "tony.worker.gpus"),
+    ("tony.worker.memory=lots", "tony.worker.memory"),
+    ("tony.application.distributed-mode=RANDOM", "tony.application.distributed-mode"),
+    ("tony.Worker.instances=2", "tony.Worker.instances"),
+    ("tony.am.retry-count=x", "tony.am.retry-count"),
+    ("tony.application.fail-on-worker-failure-enabled=maybe", "tony.application.fail-on-worker-failure-enabled"),
+])
+def test_bad_values_name_the_key(tmp_path, override, key):
+    with pytest.raises(ConfigError) as err:
+        spec_from(tmp_path, ["tony.worker.instances=1", override])
+    assert err.value.key == key
+    assert key in str(err.value)
+
+
+def test_no_tasks_is_an_error(tmp_path):
+    with pytest.raises(ConfigError, match="tony.<type>.instances"):
+        spec_from(tmp_path)
+
+
+def test_missing_command_is_an_error(tmp_path):
+    conf = load_conf(None, ["tony.worker.instances=1"], env={}, cwd=tmp_path)
+    with pytest.raises(UsageError, match="--executes"):
+        build_job_spec(conf)
+
+
+def test_standalone_needs_exactly_one_task(tmp_path):
+    with pytest.raises(ConfigError, match="standalone runs exactly one task"):
+        spec_from(tmp_path, ["tony.application.framework=standalone", "tony.worker.instances=2"])
+
+
+def test_entity_bomb_is_refused(tmp_path):
+    bomb = tmp_path / "bomb.xml"
+    bomb.write_text(textwrap.dedent("""\
+        <?xml version="1.0"?>
+        <!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol1 "&lol;&lol;&lol;&lol;&lol;&lol;">]>
+        <configuration><property><name>a</name><value>&lol1;</value></property></configuration>"""))
+    with pytest.raises(UsageError, match="refused hostile XML"):
+        load_conf(str(bomb), [], env={}, cwd=tmp_path)
+
+
+def test_malformed_xml(tmp_path):
+    bad = tmp_path / "bad.xml"
+    bad.write_text("<configuration><property><name>a</name>")
+    with pytest.raises(UsageError, match="not well-formed"):
+        load_conf(str(bad), [], env={}, cwd=tmp_path)
+
+
+def test_bad_conf_override(tmp_path):
+    with pytest.raises(UsageError, match="key=value"):
+        load_conf(None, ["justakey"], env={}, cwd=tmp_path)
+
+
+CLUSTER = {
+    "resource_types": ["memory-mb", "vcores", "yarn.io/gpu"],
+    "nodes": [
+        {"id": "n1:1", "capability": {"memory-mb": 8192, "vcores": 8, "yarn.io/gpu": 2}},
+        {"id": "n2:1", "capability": {"memory-mb": 8192, "vcores": 8, "yarn.io/gpu": 0}},
+    ],
+}
+
+
+def test_fits(tmp_path):
+    check_fits(spec_from(tmp_path, ["tony.worker.instances=4", "tony.worker.gpus=2"]), CLUSTER)
+
+
+@pytest.mark.parametrize("override,key,words", [
+    ("tony.worker.memory=9g", "tony.worker.memory", "largest node has 8192"),
+    ("tony.worker.gpus=3", "tony.worker.gpus", "3 GPUs"),
+    ("tony.worker.vcores=9", "tony.worker.vcores", "9 vcores"),
+    ("tony.am.memory=10g", "tony.am.memory", "10240 MB"),
+])
+def test_too_big_for_any_node(tmp_path, override, key, words):
+    with pytest.raises(ConfigError) as err:
+        check_fits(spec_from(tmp_path, ["tony.worker.instances=1", override]), CLUSTER)
+    assert err.value.key == key and words in str(err.value)
+
+
+def test_gpus_on_cluster_without_gpu_type(tmp_path):
+    cluster = {"resource_types": ["memory-mb", "vcores"], "nodes": CLUSTER["nodes"]}
+    with pytest.raises(ConfigError, match="does not schedule yarn.io/gpu"):
+        check_fits(spec_from(tmp_path, ["tony.worker.instances=1", "tony.worker.gpus=1"]), cluster)

@@ -1,0 +1,267 @@
+"""The AM's job logic against a fake cluster port (pure logic: no YARN involved)."""
+
+import pytest
+
+from tony_py.am.coordinator import Coordinator, JobState
+from tony_py.am.tasks import TaskState
+from tony_py.config.layers import load_conf
+from tony_py.config.spec import build_job_spec
+
+
+class FakePort:
+    def __init__(self):
+        self.requests, self.launched, self.stopped, self.released, self.cancelled = [], [], [], [], []
+
+    def request(self, request_id, task_type, count):
+        self.requests.append((task_type.name, count))
+
+    def cancel_requests(self, request_id):
+        self.cancelled.append(request_id)
+
+    def launch(self, container_id, launch_spec):
+        self.launched.append(container_id)
+
+    def stop(self, container_id):
+        self.stopped.append(container_id)
+
+    def release(self, container_id):
+        self.released.append(container_id)
+
+    def set_progress(self, progress):
+        self.progress = progress
+
+    def set_heartbeat_interval(self, ms):
+        pass
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class Harness:
+    def __init__(self, tmp_path, *overrides):
+        conf = load_conf(None, ["tony.containers.command=python t.py", *overrides], env={}, cwd=tmp_path)
+        self.spec = build_job_spec(conf)
+        self.port = FakePort()
+        self.clock = Clock()
+        self.c = Coordinator(self.spec, self.port, lambda task: {"task": task.name}, clock=self.clock)
+        self.c.start()
+        self.n = 0
+        self.containers = {}
+
+    def allocate(self, type_name):
+        self.n += 1
+        cid = f"container_{self.n}"
+        self.c.on_allocated({"id": cid, "node_id": f"node{self.n}:1", "host": f"host{self.n}",
+                             "node_http": f"host{self.n}:8042", "resource": {},
+                             "allocation_request_id": self.c.request_ids[type_name], "priority": 0})
+        return cid
+
+    def bring_up(self):
+        """Allocate, start and register every task; return {task: container}."""
+        for task_type in self.spec.types:
+            for _ in range(task_type.instances):
+                self.allocate(task_type.name)
+        for name, task in self.c.tasks.items():
+            self.containers[name] = task.container.id
+            self.c.on_started(task.container.id)
+        for i, name in enumerate(self.c.tasks):
+            assert self.c.register(name, 0, self.containers[name], 2000 + i, None) == {"ok": True, "attempt": 0}
+        for name in self.c.tasks:
+            assert "cluster" in self.c.wait_spec(name, 0, self.containers[name], 0)
+            self.c.task_started(name, 0, self.containers[name], 100)
+        return self.containers
+
+    def result(self, name, code=0, signal=None, attempt=0, stderr=""):
+        return self.c.report_result(name, attempt, self.containers[name], code, signal, stderr)
+
+    def complete(self, name, status=0):
+        self.c.on_completed(self.containers[name], status, "")
+
+
+def test_happy_path_two_workers(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2")
+    assert h.port.requests == [("worker", 2)]
+    h.bring_up()
+    assert h.c.state == JobState.RUNNING
+    spec = h.c.wait_spec("worker:1", 0, h.containers["worker:1"], 0)
+    assert spec["cluster"] == {"worker": ["host1:2000", "host2:2001"]}
+    assert spec["env"]["TF_CONFIG"]
+    assert h.result("worker:1") == {"action": "exit"}
+    assert h.c.decision is None
+    h.result("worker:0")
+    assert h.c.final_status == "SUCCEEDED"
+    h.complete("worker:0")
+    h.complete("worker:1")
+    assert h.c.done
+
+
+def test_gang_waits_for_every_task(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2")
+    c1 = h.allocate("worker")
+    h.c.register("worker:0", 0, c1, 2000, None)
+    assert h.c.wait_spec("worker:0", 0, c1, 0) is None  # worker:1 not registered yet
+    c2 = h.allocate("worker")
+    h.c.register("worker:1", 0, c2, 2001, None)
+    assert h.c.wait_spec("worker:0", 0, c1, 0)["cluster"]["worker"] == ["host1:2000", "host2:2001"]
+
+
+def test_surplus_container_is_released(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1")
+    h.allocate("worker")
+    extra = h.allocate("worker")
+    assert h.port.released == [extra]
+
+
+def test_chief_failure_fails_the_job_with_its_exit_code_and_stderr(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2")
+    h.bring_up()
+    h.result("worker:0", code=3, stderr="Traceback...\nValueError: boom")
+    assert h.c.final_status == "FAILED"
+    diag = h.c.diagnostics()
+    assert "worker:0" in diag and "exit code 3" in diag and "ValueError: boom" in diag
+    assert h.containers["worker:1"] in h.port.stopped  # the rest is stopped
+    h.complete("worker:1", -105)
+    h.complete("worker:0", 3)
+    assert h.c.done and h.c.tasks["worker:1"].state == TaskState.STOPPED
+
+
+def test_non_chief_failure_is_tolerated_by_default(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2")
+    h.bring_up()
+    h.result("worker:1", code=3)
+    assert h.c.decision is None
+    h.result("worker:0")
+    assert h.c.final_status == "SUCCEEDED"
+    assert "worker:1" in h.c.diagnostics()
+
+
+def test_fail_on_worker_failure(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.application.fail-on-worker-failure-enabled=true")
+    h.bring_up()
+    h.result("worker:1", code=3)
+    assert h.c.final_status == "FAILED" and "worker:1" in h.c.diagnostics()
+
+
+def test_chief_success_stops_untracked_ps(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.ps.instances=1")
+    h.bring_up()
+    h.result("worker:0")
+    assert h.c.final_status == "SUCCEEDED"
+    assert h.port.stopped == [h.containers["ps:0"]]
+    h.complete("ps:0", -105)
+    h.complete("worker:0")
+    assert h.c.done and h.c.tasks["ps:0"].state == TaskState.STOPPED
+
+
+def test_ps_failure_fails_the_job(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.ps.instances=1")
+    h.bring_up()
+    h.result("ps:0", code=1)
+    assert h.c.final_status == "FAILED" and "stop-on-failure" in h.c.diagnostics()
+
+
+def test_all_tracked_failed_is_failure(tmp_path):
+    h = Harness(tmp_path, "tony.chief.instances=1", "tony.worker.instances=1")
+    h.bring_up()
+    h.result("worker:0", code=2)
+    assert h.c.decision is None
+    h.result("chief:0", code=0)
+    assert h.c.final_status == "SUCCEEDED"
+
+
+def test_lost_heartbeat_fails_the_task(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.task.heartbeat-interval-ms=1000",
+                "tony.task.max-missed-heartbeats=3")
+    h.bring_up()
+    h.clock.now += 2.5
+    h.c.tick()
+    assert h.c.decision is None
+    h.clock.now += 1.0
+    h.c.tick()
+    assert h.c.final_status == "FAILED" and "no heartbeat" in h.c.diagnostics()
+
+
+def test_executor_dying_without_result(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1")
+    h.bring_up()
+    h.complete("worker:0", 137)
+    assert h.c.final_status == "FAILED"
+    assert "without reporting a result" in h.c.diagnostics() and "137" in h.c.diagnostics()
+
+
+def test_application_timeout(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.application.timeout=5000")
+    h.bring_up()
+    h.clock.now += 6
+    h.c.tick()
+    assert h.c.final_status == "FAILED" and "tony.application.timeout" in h.c.diagnostics()
+
+
+# ---- gang restarts -----------------------------------------------------------------------------
+def test_signal_restarts_the_gang_in_place(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
+    h.bring_up()
+    answer = h.result("worker:1", code=None, signal="SIGKILL")
+    assert answer == {"action": "restart", "attempt": 1}
+    assert h.c.attempt == 1 and h.c.decision is None
+    # the healthy worker learns on its next heartbeat; no new container is requested
+    assert h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {}) == {"action": "restart", "attempt": 1}
+    assert h.port.requests == [("worker", 2)]
+    for i, name in enumerate(["worker:0", "worker:1"]):
+        assert h.c.register(name, 1, h.containers[name], 3000 + i, None)["ok"]
+    env = h.c.wait_spec("worker:0", 1, h.containers["worker:0"], 0)["env"]
+    assert env["TONY_RESTART_ATTEMPT"] == "1" and env["NUM_AM_RETRIES"] == "1"
+    # a message from the old attempt changes nothing
+    assert h.c.report_result("worker:0", 0, h.containers["worker:0"], 1, None)["action"] == "restart"
+    assert h.c.decision is None
+    # restarts used up: TonY's rule tolerates a failed non-chief worker ...
+    h.c.task_started("worker:1", 1, h.containers["worker:1"], 1)
+    assert h.c.report_result("worker:1", 1, h.containers["worker:1"], None, "SIGKILL") == {"action": "exit"}
+    assert h.c.decision is None
+    # ... but the chief failing once more than allowed fails the job with the root cause
+    h.c.task_started("worker:0", 1, h.containers["worker:0"], 1)
+    h.c.report_result("worker:0", 1, h.containers["worker:0"], None, "SIGKILL")
+    assert h.c.final_status == "FAILED"
+    # the root cause is the first failure of the final attempt, not the last straw
+    assert "Root cause: worker:1 (attempt 1" in h.c.diagnostics() and "SIGKILL" in h.c.diagnostics()
+    assert h.c.restarts_used == 1
+
+
+def test_non_retryable_exit_fails_without_restart(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=3")
+    h.bring_up()
+    h.result("worker:0", code=3)
+    assert h.c.final_status == "FAILED" and h.c.restarts_used == 0
+
+
+def test_listed_exit_code_is_retryable(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.am.retry-count=1",
+                "tony.application.retryable-exit-codes=75,76")
+    h.bring_up()
+    assert h.result("worker:0", code=75)["action"] == "restart"
+
+
+def test_lost_container_is_replaced_on_restart(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
+    h.bring_up()
+    h.complete("worker:1", -100)  # ABORTED: node lost
+    assert h.c.attempt == 1
+    assert h.port.requests == [("worker", 2), ("worker", 1)]
+    assert h.c.tasks["worker:1"].state == TaskState.PENDING
+    assert h.c.tasks["worker:0"].state == TaskState.LAUNCHED  # kept in place
+    new = h.allocate("worker")
+    assert h.c.tasks["worker:1"].container.id == new
+    assert h.port.launched[-1] == new
+
+
+@pytest.mark.parametrize("override", ["tony.application.retry-on-signal=false"])
+def test_signal_retry_can_be_disabled(tmp_path, override):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.am.retry-count=1", override)
+    h.bring_up()
+    h.result("worker:0", code=None, signal="SIGKILL")
+    assert h.c.final_status == "FAILED"
