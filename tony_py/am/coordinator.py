@@ -31,7 +31,7 @@ from tony_py import frameworks
 from tony_py.am import policy
 from tony_py.am.policy import Action, Decision
 from tony_py.am.tasks import Container, Failure, FailureKind, Task, TaskState
-from tony_py.config.spec import JobSpec, TaskId, TaskType
+from tony_py.config.spec import JobSpec, TaskType
 
 
 class JobState(str, enum.Enum):
@@ -320,6 +320,7 @@ class Coordinator:
         error: dict | None = None,
         timed_out: bool = False,
         ended_at: float | None = None,
+        metrics: dict | None = None,
     ) -> dict:
         with self.lock:
             task = self.tasks.get(name)
@@ -331,6 +332,8 @@ class Coordinator:
             task.exit_code = exit_code
             task.signal = signal
             task.finished_at = ended_at or self.clock()
+            if metrics:
+                task.metrics = metrics
             if exit_code == 0 and not signal:
                 task.state = TaskState.SUCCEEDED
                 self._note(f"{task.name} succeeded")

@@ -4,11 +4,13 @@ The environment is TonY's contract for every task (JOB_NAME, TASK_INDEX, TASK_NU
 appid, DISTRIBUTED_MODE, IS_CHIEF on the chief, AM_HOST, AM_PORT) plus what the executor needs
 to find the AM. Framework variables (TF_CONFIG, MASTER_ADDR, …) are not here: they depend on
 the cluster spec, which exists only once the tasks registered, and reach the executor with it.
+The task's command and shell env are not here either: YARN writes env values into a bash
+script unescaped (quotes break it, `$` expands), so the executor reads them from the localized
+tony-final.xml instead.
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field
 
@@ -70,11 +72,6 @@ class TaskLauncher:
             TONY_AM_URL=f"http://{self.am_host}:{self.am_port}",
             TONY_APP_SECRET=self.secret,
             TONY_TASK=task.name,
-            TONY_TASK_COMMAND=spec.command_for(task.id.type),
-            TONY_EXECUTION_ENV=json.dumps(spec.execution_env),
-            TONY_HEARTBEAT_MS=str(spec.heartbeat_interval_ms),
-            TONY_EXECUTION_TIMEOUT_MS=str(spec.execution_timeout_ms),
-            TONY_REGISTRY_TIMEOUT_S=str(spec.registry_timeout_s),
             TONY_RUNTIME_DIR=f"{PWD}/{RUNTIME_LINK}",
             PYTHONPATH=f"{PWD}/{RUNTIME_LINK}",
             PYTHONUNBUFFERED="1",

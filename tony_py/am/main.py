@@ -19,7 +19,7 @@ from pathlib import Path
 
 from py4j.java_gateway import GatewayParameters, JavaGateway
 
-from tony_py.am.coordinator import Coordinator
+from tony_py.am.coordinator import FAST_HEARTBEAT_MS, Coordinator
 from tony_py.am.launch import JobMeta, TaskLauncher
 from tony_py.am.server import AmHttpServer
 from tony_py.am.tasks import Task
@@ -118,7 +118,7 @@ def run() -> int:
 
     host = os.environ.get("NM_HOST") or socket.getfqdn()
     bind_ip = socket.gethostbyname(host)
-    bridge.start(1000)
+    bridge.start(FAST_HEARTBEAT_MS)
     port = BridgePort(bridge, spec)
     holder: dict = {}
 

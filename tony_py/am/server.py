@@ -127,6 +127,7 @@ class _Handler(BaseHTTPRequestHandler):
                     error=body.get("error"),
                     timed_out=bool(body.get("timed_out")),
                     ended_at=body.get("ended_at"),
+                    metrics=body.get("metrics"),
                 )
             else:
                 return self._send(404, {"error": "not found"})

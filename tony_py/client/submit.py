@@ -15,6 +15,7 @@ import secrets
 import shlex
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def prepare(args: SubmitArgs) -> PreparedJob:
         ("--container_env", "tony.containers.envs", args.container_env),
     ):
         for value in values:
-            parse_env_list(value, flag)
+            parse_env_list(value, flag, for_yarn=flag == "--container_env")
             conf.set(key, value, flag, append=True)
     command = compose_command(args)
     if command:
@@ -114,7 +115,9 @@ class Submission:
         self.out = out
         self.app_id: str | None = None
         self.stager: Stager | None = None
+        self.monitor: Monitor | None = None
         self.submitted = False
+        self.submitted_at: float | None = None
 
     def say(self, text: str) -> None:
         if not self.job.args.quiet:
@@ -122,7 +125,7 @@ class Submission:
 
     # ---- staging ---------------------------------------------------------------------------
     def _stage(self, tmp: Path) -> tuple[dict[str, Resource], JobMeta]:
-        args, spec = self.job.args, self.job.spec
+        args = self.job.args
         st = self.stager
         st.create_dirs()
         resources: dict[str, Resource] = {}
@@ -241,6 +244,7 @@ class Submission:
                 resources, _meta = self._stage(Path(tmp))
             secret = secrets.token_hex(32)
             request = self._am_request(resources, secret)
+            self.submitted_at = time.time()
             self.gw.call("submit the application", self.gw.bridge.submit, self.app_id, json.dumps(request))
             self.submitted = True
             if self.stager.reused:
@@ -251,7 +255,8 @@ class Submission:
                 keep_staging = True  # the AM deletes it when the job ends
                 print(self.app_id, file=self.out)
                 return 0
-            return Monitor(self.gw, self.app_id, quiet=self.job.args.quiet, out=self.out).follow()
+            self.monitor = Monitor(self.gw, self.app_id, quiet=self.job.args.quiet, out=self.out)
+            return self.monitor.follow()
         except KeyboardInterrupt:
             if self.submitted:
                 self.say(f"\ninterrupted: killing {self.app_id}")

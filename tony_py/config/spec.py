@@ -185,7 +185,7 @@ def _int_set(conf: TonyConf, key: str) -> frozenset[int]:
     return frozenset(out)
 
 
-def parse_env_list(raw: str | None, key: str) -> dict[str, str]:
+def parse_env_list(raw: str | None, key: str, for_yarn: bool = False) -> dict[str, str]:
     """`K=V,K2=V2` (TonY's format for tony.containers.envs / tony.execution.envs)."""
     env: dict[str, str] = {}
     for item in (raw or "").split(","):
@@ -195,6 +195,10 @@ def parse_env_list(raw: str | None, key: str) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name.strip()):
             raise ConfigError(key, f"bad entry {item!r}: expected NAME=value")
+        if for_yarn and '"' in value:
+            # YARN writes container env values into its launch script between double quotes,
+            # unescaped: a quote in a value breaks the container's start.
+            raise ConfigError(key, f"the value of {name.strip()} contains a double quote, which YARN cannot pass")
         env[name.strip()] = value
     return env
 
@@ -305,7 +309,7 @@ def build_job_spec(conf: TonyConf) -> JobSpec:
         registration_timeout_ms=_int(conf, "tony.container.registration.timeout", -1, minimum=-1),
         client_stop_wait_s=_int(conf, "tony.am.wait-client-signal-stop-timeout-sec", 15, minimum=0),
         command=default_command,
-        container_env=parse_env_list(conf.get("tony.containers.envs"), "tony.containers.envs"),
+        container_env=parse_env_list(conf.get("tony.containers.envs"), "tony.containers.envs", for_yarn=True),
         execution_env=parse_env_list(conf.get("tony.execution.envs"), "tony.execution.envs"),
     )
     _check_framework(spec)

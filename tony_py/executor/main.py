@@ -7,7 +7,8 @@ Per gang attempt:
 An AM instruction to restart or stop can also arrive with any heartbeat; then the process group
 is killed first. If the AM stops answering, the executor kills its process group and exits.
 
-Standard library only (psutil is used for metrics when the client shipped it).
+Standard library plus what the client ships with the job (defusedxml to read tony-final.xml;
+psutil, when shipped, for metrics).
 """
 
 from __future__ import annotations
@@ -25,22 +26,17 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tony_py.config.layers import TonyConf
+from tony_py.config.spec import TaskId, build_job_spec
+from tony_py.config.xmlconf import read_xml
 from tony_py.executor.channel import AmChannel, AmUnreachable
 from tony_py.executor.process import UserProcess, describe_returncode, tail
 
 log = logging.getLogger("tony.executor")
 
 # Variables that are the executor's business, not the user process's.
-_PRIVATE_ENV = (
-    "TONY_APP_SECRET",
-    "TONY_TASK_COMMAND",
-    "TONY_EXECUTION_ENV",
-    "TONY_SRC_ZIP",
-    "TONY_RUNTIME_DIR",
-    "TONY_RESERVE_TB_PORT",
-    "TONY_REGISTRY_TIMEOUT_S",
-    "TONY_EXECUTION_TIMEOUT_MS",
-)
+_PRIVATE_ENV = ("TONY_APP_SECRET", "TONY_SRC_ZIP", "TONY_RUNTIME_DIR", "TONY_RESERVE_TB_PORT")
+FINAL_CONF = "tony-final.xml"
 
 
 @dataclass
@@ -61,18 +57,22 @@ class Settings:
     am_lost_timeout_s: float
 
     @classmethod
-    def from_env(cls, env: dict) -> "Settings":
-        heartbeat_s = int(env.get("TONY_HEARTBEAT_MS", "1000")) / 1000
+    def load(cls, env: dict, final_conf: Path) -> "Settings":
+        """From the container env (where and who) and tony-final.xml (what to run)."""
+        conf = TonyConf()
+        conf.update(read_xml(final_conf), FINAL_CONF)
+        spec = build_job_spec(conf)
+        task = TaskId.parse(env["TONY_TASK"])
         return cls(
-            task=env["TONY_TASK"],
+            task=str(task),
             am_url=env["TONY_AM_URL"],
             secret=env.pop("TONY_APP_SECRET"),
             container_id=env.get("CONTAINER_ID", ""),
-            command=env["TONY_TASK_COMMAND"],
-            execution_env=json.loads(env.get("TONY_EXECUTION_ENV") or "{}"),
-            heartbeat_s=heartbeat_s,
-            execution_timeout_s=int(env.get("TONY_EXECUTION_TIMEOUT_MS", "0")) / 1000,
-            registry_timeout_s=float(env.get("TONY_REGISTRY_TIMEOUT_S", "0")),
+            command=spec.command_for(task.type),
+            execution_env=dict(spec.execution_env),
+            heartbeat_s=spec.heartbeat_interval_ms / 1000,
+            execution_timeout_s=spec.execution_timeout_ms / 1000,
+            registry_timeout_s=float(spec.registry_timeout_s),
             reserve_tb_port=env.get("TONY_RESERVE_TB_PORT") == "1",
             src_zip=env.get("TONY_SRC_ZIP"),
             runtime_dir=env.get("TONY_RUNTIME_DIR", ""),
@@ -208,6 +208,7 @@ class Executor:
             ended_at=ended_at,
             stderr_tail=tail(err),
             error=read_error_file(env["TONY_ERROR_FILE"]),
+            metrics=self._metrics(),
         )
         _check(self.channel.post("/v1/result", result))
 
@@ -272,7 +273,7 @@ def main() -> None:
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     env = dict(os.environ)
-    settings = Settings.from_env(env)
+    settings = Settings.load(env, Path(FINAL_CONF))
     os.environ.pop("TONY_APP_SECRET", None)
     cwd = Path.cwd()
     unpack_src(settings.src_zip, cwd)

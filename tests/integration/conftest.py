@@ -1,0 +1,122 @@
+"""Integration fixtures: one real YARN + HDFS cluster for the whole test session.
+
+Provider, in order:
+- TONY_TEST_HADOOP_CONF_DIR: an already running cluster (its client conf dir);
+- a Docker engine that answers `docker info`: docker/hadoop-cluster/docker-compose.yml through
+  pytest-docker (not exercised in CI: CI machines have no Docker engine);
+- otherwise the process launcher (tony_py.cluster): NameNode, DataNode, ResourceManager and
+  two NodeManagers as separate JVMs. This is what CI runs.
+Daemon logs are kept (and their path printed) when any test failed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+
+from support import JOBS, PYTHON, ROOT, Cluster, Run, app_id_in, wait_clean
+from tony_py.cluster import LocalCluster
+
+
+def _docker_engine() -> bool:
+    if os.environ.get("TONY_TEST_DOCKER", "auto") == "never" or not shutil.which("docker"):
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=15).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def docker_compose_file():
+    return str(ROOT / "docker" / "hadoop-cluster" / "docker-compose.yml")
+
+
+@pytest.fixture(scope="session")
+def cluster(request) -> Cluster:
+    external = os.environ.get("TONY_TEST_HADOOP_CONF_DIR")
+    if external:
+        from tony_py.config.xmlconf import read_xml
+
+        yarn = read_xml(Path(external) / "yarn-site.xml")
+        hdfs = read_xml(Path(external) / "hdfs-site.xml")
+        yield Cluster("external", Path(external), "http://" + yarn["yarn.resourcemanager.webapp.address"],
+                      "http://" + hdfs["dfs.namenode.http-address"])
+        return
+    if _docker_engine():
+        services = request.getfixturevalue("docker_services")
+        conf_dir = ROOT / "docker" / "hadoop-cluster" / "client-conf"
+        rm_web, nn_web = "http://127.0.0.1:8088", "http://127.0.0.1:9870"
+        services.wait_until_responsive(
+            timeout=240, pause=2,
+            check=lambda: _responsive(f"{rm_web}/ws/v1/cluster/nodes", 2),
+        )
+        yield Cluster("docker", conf_dir, rm_web, nn_web)
+        return
+    workdir = ROOT / ".test-cluster"
+    launcher = LocalCluster(workdir)
+    launcher.down(purge=True)  # whatever an aborted earlier session left
+    state, _ = launcher.up(timeout=240)
+    print(f"\n[cluster] up in {state.up_seconds} s: {launcher.status().get('daemon_rss_mb')}", file=sys.stderr)
+    handle = Cluster("processes", Path(state.conf_dir), state.rm_web, state.nn_web, Path(state.lib_dir),
+                     workdir, state.nodemanagers)
+    yield handle
+    failed = request.session.testsfailed
+    launcher.down(purge=not failed)
+    if failed:
+        print(f"\n[cluster] {failed} test(s) failed: daemon and container logs kept in {workdir}", file=sys.stderr)
+
+
+def _responsive(url: str, nodes: int) -> bool:
+    try:
+        data = requests.get(url, timeout=3).json()
+        return len([n for n in data["nodes"]["node"] if n["state"] == "RUNNING"]) >= nodes
+    except Exception:  # noqa: BLE001 - not up yet
+        return False
+
+
+# ---- running the real CLI ------------------------------------------------------------------------
+@pytest.fixture
+def tony(cluster):
+    """Run `python -m tony_py.submit ARGS` (the real CLI) against the test cluster."""
+
+    def run(*args: str, timeout: float = 300, env: dict | None = None) -> Run:
+        proc = subprocess.run(
+            [PYTHON, "-m", "tony_py.submit", *args],
+            capture_output=True, text=True, timeout=timeout, env=cluster.env(**(env or {})), cwd=ROOT,
+        )
+        return Run(proc.returncode, proc.stdout, proc.stderr, app_id_in(proc.stdout))
+
+    return run
+
+
+@pytest.fixture
+def probe_args(tmp_path):
+    """The flags of a job that runs jobs/probe.py with the test's python, writing into tmp_path."""
+
+    def args(*conf: str, params: str = "", framework: str = "tensorflow") -> list[str]:
+        out = ["--src_dir", str(JOBS), "--executes", "probe.py", "--python_binary_path", PYTHON,
+               "--task_params", f"--out {tmp_path / 'probe'} {params}".strip(),
+               "--conf", f"tony.application.framework={framework}", "--conf", "tony.am.memory=512m"]
+        for c in conf:
+            out += ["--conf", c]
+        return out
+
+    return args
+
+
+# ---- nothing left behind ---------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def nothing_left_behind(request, cluster):
+    """After every integration test: no running application, no staging dir, no stray process."""
+    yield
+    if request.node.get_closest_marker("leaves_cluster_busy"):
+        return
+    left = wait_clean(cluster)
+    assert not any(left.values()), f"left behind: {left}"

@@ -1,0 +1,57 @@
+"""A task script for integration tests: records what TonY-py gave this task, then behaves as
+told (exit code, stderr, sleeping) so tests can drive TonY's success/failure rules."""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+VARS = (
+    "JOB_NAME TASK_INDEX TASK_NUM JOB_ID appid DISTRIBUTED_MODE IS_CHIEF AM_HOST AM_PORT TB_PORT "
+    "CLUSTER_SPEC TF_CONFIG INIT_METHOD RANK WORLD MASTER_ADDR MASTER_PORT WORLD_SIZE LOCAL_RANK "
+    "MALLOC_ARENA_MAX TONY_APP_SECRET TONY_RESTART_ATTEMPT TONY_ERROR_FILE PYTHONPATH NM_HOST NM_PORT "
+    "PROBE_SHELL_ENV PROBE_CONTAINER_ENV"
+).split()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True, help="directory for <task>.json")
+    p.add_argument("--fail", default="", help="task:code[,task:code] to exit with")
+    p.add_argument("--sleep", default="", help="task:seconds[,...] to sleep before exiting ('*' = every task)")
+    p.add_argument("--forever", default="", help="comma-separated tasks that never exit by themselves")
+    args = p.parse_args()
+    me = f"{os.environ['JOB_NAME']}:{os.environ['TASK_INDEX']}"
+    record = {k: os.environ.get(k) for k in VARS}
+    record["cwd_files"] = sorted(os.listdir("."))
+    record["pid"] = os.getpid()
+    record["executable"] = sys.executable
+    record["venv_realpath"] = os.path.realpath("venv") if os.path.exists("venv") else None
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, f"{me}.json"), "w") as f:
+        json.dump(record, f)
+    print(f"probe {me} started", flush=True)
+
+    def lookup(spec):
+        for item in filter(None, spec.split(",")):
+            task, _, value = item.rpartition(":")
+            if task in (me, "*"):
+                return value
+        return None
+
+    if me in args.forever.split(","):
+        while True:
+            time.sleep(1)
+    seconds = lookup(args.sleep)
+    if seconds:
+        time.sleep(float(seconds))
+    code = lookup(args.fail)
+    if code:
+        print(f"probe {me} failing on purpose with exit code {code}", file=sys.stderr, flush=True)
+        sys.exit(int(code))
+    print(f"probe {me} done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

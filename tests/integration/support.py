@@ -1,0 +1,162 @@
+"""Helpers shared by the integration tests and their fixtures (conftest.py): a handle on the
+test cluster (YARN REST, WebHDFS, container logs), the CLI runner's result, leftover checks."""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+
+ROOT = Path(__file__).resolve().parents[2]
+JOBS = Path(__file__).with_name("jobs")
+PYTHON = sys.executable
+USER = getpass.getuser()
+
+
+@dataclass
+class Cluster:
+    kind: str
+    conf_dir: Path
+    rm_web: str
+    nn_web: str
+    lib_dir: Path | None = None
+    workdir: Path | None = None
+    nodemanagers: list[dict] = field(default_factory=list)
+
+    def env(self, **extra) -> dict[str, str]:
+        env = dict(os.environ)
+        env["HADOOP_CONF_DIR"] = str(self.conf_dir)
+        env.pop("TONY_CONF_DIR", None)
+        env.update(extra)
+        return env
+
+    # ---- YARN --------------------------------------------------------------------------------
+    def apps(self, states: str | None = None) -> list[dict]:
+        url = f"{self.rm_web}/ws/v1/cluster/apps" + (f"?states={states}" if states else "")
+        return ((requests.get(url, timeout=5).json().get("apps") or {}).get("app")) or []
+
+    def app(self, app_id: str) -> dict:
+        return requests.get(f"{self.rm_web}/ws/v1/cluster/apps/{app_id}", timeout=5).json()["app"]
+
+    def nodes(self) -> list[dict]:
+        return requests.get(f"{self.rm_web}/ws/v1/cluster/nodes", timeout=5).json()["nodes"]["node"]
+
+    def gpu_node_id(self) -> str:
+        for node in self.nodes():
+            infos = node["totalResource"]["resourceInformations"]["resourceInformation"]
+            if any(r["name"] == "yarn.io/gpu" and r["value"] > 0 for r in infos):
+                return node["id"]
+        raise AssertionError("no GPU node in the cluster")
+
+    def am_status(self, app_id: str) -> dict | None:
+        """The AM's status.json while the application runs (None before/after)."""
+        app = self.app(app_id)
+        if app.get("state") != "RUNNING" or not app.get("amHostHttpAddress"):
+            return None
+        url = app.get("trackingUrl") or ""
+        try:
+            resp = requests.get(url.rstrip("/") + "/status.json", timeout=3)
+            return resp.json() if resp.ok and resp.headers.get("Content-Type", "").startswith("application/json") else None
+        except (requests.RequestException, ValueError):
+            return None
+
+    # ---- HDFS --------------------------------------------------------------------------------
+    def hdfs_list(self, path: str) -> list[str]:
+        resp = requests.get(f"{self.nn_web}/webhdfs/v1{path}", params={"op": "LISTSTATUS", "user.name": USER}, timeout=5)
+        if resp.status_code == 404:
+            return []
+        return [s["pathSuffix"] for s in resp.json()["FileStatuses"]["FileStatus"]]
+
+    def staging_dirs(self) -> list[str]:
+        return [n for n in self.hdfs_list(f"/user/{USER}/.tony") if n.startswith("application_")]
+
+    # ---- logs ---------------------------------------------------------------------------------
+    def container_dirs(self, app_id: str) -> list[Path]:
+        if self.workdir is None:
+            raise pytest.skip.Exception("container logs are read from the process launcher's NM dirs")
+        return sorted(self.workdir.glob(f"data/nm*/logs/{app_id}/container_*"))
+
+    def task_logs(self, app_id: str) -> dict[str, dict[str, str]]:
+        """{task name: {file name: text}} for the app's task containers (not the AM's)."""
+        out: dict[str, dict[str, str]] = {}
+        for cdir in self.container_dirs(app_id):
+            files = {p.name: p.read_text(errors="replace") for p in cdir.iterdir() if p.is_file()}
+            executor_log = files.get("executor.log", "")
+            marker = "executor for "
+            if marker in executor_log:
+                task = executor_log.split(marker, 1)[1].split()[0]
+                out.setdefault(task, {}).update(files)
+        return out
+
+    def am_log(self, app_id: str) -> str:
+        return "".join(p.read_text(errors="replace") for d in self.container_dirs(app_id)
+                       for p in d.glob("am.log"))
+
+
+
+@dataclass
+class Run:
+    rc: int
+    stdout: str
+    stderr: str
+    app_id: str | None
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def app_id_in(text: str) -> str | None:
+    for word in text.replace(":", " ").split():
+        if word.startswith("application_"):
+            return word
+    return None
+
+
+
+def probe_records(tmp_path) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in (tmp_path / "probe").glob("*.json")}
+
+
+
+def stray_processes(cluster: Cluster) -> list[psutil.Process]:
+    """Executors and user processes still alive from finished jobs."""
+    if cluster.workdir is None:
+        return []
+    root = str(cluster.workdir / "data")
+    strays = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        try:
+            cmd = " ".join(proc.info.get("cmdline") or [])
+            cwd = proc.info.get("cwd") or ""
+        except psutil.Error:
+            continue
+        if "tony_py.executor" in cmd or "tony_py.am" in cmd or (cwd.startswith(root) and "/appcache/" in cwd):
+            strays.append(proc)
+    return strays
+
+
+def wait_clean(cluster: Cluster, timeout: float = 30.0) -> dict:
+    """Wait for running apps, staging dirs and stray processes to be gone; returns what is left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = {
+            "apps": [a["id"] for a in cluster.apps("NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING")],
+            "staging": cluster.staging_dirs(),
+            "processes": [f"{p.pid}: {' '.join(p.cmdline())[:120]}" for p in stray_processes(cluster)
+                          if p.is_running()],
+        }
+        if not any(left.values()) or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+

@@ -1,0 +1,81 @@
+"""Bad input: a one-line error that names the key or flag, exit code 2, and nothing left on
+the cluster (no application, no staging dir)."""
+
+import pytest
+
+from support import JOBS, PYTHON
+
+BOMB = """<?xml version="1.0"?>
+<!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol1 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">
+<!ENTITY lol2 "&lol1;&lol1;&lol1;&lol1;&lol1;&lol1;&lol1;&lol1;&lol1;&lol1;">]>
+<configuration><property><name>tony.worker.instances</name><value>&lol2;</value></property></configuration>
+"""
+MALFORMED = "<configuration><property><name>tony.worker.instances</name><value>2</value></configuration>"
+
+
+def base(tmp_path):
+    return ["--src_dir", str(JOBS), "--executes", "probe.py", "--python_binary_path", PYTHON,
+            "--task_params", f"--out {tmp_path}", "--conf", "tony.worker.instances=1"]
+
+
+CASES = {
+    "unknown framework": (["--conf", "tony.application.framework=caffe"], "tony.application.framework"),
+    "negative count": (["--conf", "tony.worker.instances=-1"], "tony.worker.instances"),
+    "non-numeric count": (["--conf", "tony.ps.instances=two"], "tony.ps.instances"),
+    "bad memory": (["--conf", "tony.worker.memory=2q"], "tony.worker.memory"),
+    "malformed xml": (["--conf_file", "{malformed}"], "not well-formed"),
+    "entity bomb": (["--conf_file", "{bomb}"], "refused hostile XML"),
+    "missing src_dir": (["--src_dir", "/nonexistent/src"], "--src_dir"),
+    "missing venv": (["--python_venv", "/nonexistent/venv.zip"], "--python_venv"),
+    "unknown flag": (["--exeuctes", "x.py"], "--exeuctes"),
+    "container bigger than any node": (["--conf", "tony.worker.memory=64g"], "tony.worker.memory"),
+    "more gpus than any node": (["--conf", "tony.worker.gpus=3"], "tony.worker.gpus"),
+    "am bigger than any node": (["--conf", "tony.am.vcores=64"], "tony.am.vcores"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_input_is_refused_before_anything_is_created(case, tony, cluster, tmp_path):
+    extra, needle = CASES[case]
+    (tmp_path / "malformed.xml").write_text(MALFORMED)
+    (tmp_path / "bomb.xml").write_text(BOMB)
+    extra = [a.format(malformed=tmp_path / "malformed.xml", bomb=tmp_path / "bomb.xml") for a in extra]
+    apps_before = len(cluster.apps())
+    run = tony(*base(tmp_path), *extra, timeout=120)
+    assert run.rc == 2, run.output
+    errors = [line for line in run.stderr.strip().splitlines() if line.strip()]
+    assert len(errors) == 1, run.stderr  # one line, no traceback
+    assert needle in errors[0], errors[0]
+    assert run.stdout == ""
+    assert len(cluster.apps()) == apps_before  # no YARN application was created
+    assert cluster.staging_dirs() == []
+
+
+def test_missing_executes(tony, cluster, tmp_path):
+    run = tony("--src_dir", str(JOBS), "--conf", "tony.worker.instances=1")
+    assert run.rc == 2 and "--executes" in run.stderr and len(run.stderr.strip().splitlines()) == 1
+
+
+def test_help_lists_tonys_flags(tony):
+    run = tony("--help")
+    assert run.rc == 0
+    for flag in ("--executes", "--task_params", "--python_venv", "--python_binary_path", "--src_dir",
+                 "--shell_env", "--container_env", "--conf_file", "--conf", "--hdfs_classpath"):
+        assert flag in run.stdout
+
+
+@pytest.mark.parametrize("style", ["single-dash", "double-dash", "equals"])
+def test_tony_flag_forms(style, tony, tmp_path, cluster):
+    flags = {"src_dir": str(JOBS), "executes": "probe.py", "python_binary_path": PYTHON,
+             "task_params": f"--out {tmp_path}", "conf": "tony.worker.instances=0"}
+    args = []
+    for name, value in flags.items():
+        if style == "single-dash":
+            args += [f"-{name}", value]
+        elif style == "double-dash":
+            args += [f"--{name}", value]
+        else:
+            args.append(f"--{name}={value}")
+    # instances=0 leaves no task: refused with exit 2 after every flag was understood
+    run = tony(*args)
+    assert run.rc == 2 and "no tasks to run" in run.stderr, run.output

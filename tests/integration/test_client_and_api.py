@@ -1,0 +1,92 @@
+"""The executor API only answers the application's secret; Ctrl-C in the client kills the
+YARN application; an unchanged venv is neither uploaded nor localized again."""
+
+import signal
+import subprocess
+import time
+import venv
+import zipfile
+from pathlib import Path
+
+import requests
+
+from support import PYTHON, ROOT, USER, app_id_in, probe_records
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_api_rejects_requests_without_the_secret_and_ctrl_c_kills_the_app(cluster, probe_args, tmp_path):
+    args = probe_args("tony.worker.instances=1", "tony.worker.memory=512m", params="--forever worker:0")
+    client = subprocess.Popen([PYTHON, "-m", "tony_py.submit", *args], cwd=ROOT, env=cluster.env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        record = wait_for(lambda: probe_records(tmp_path).get("worker:0"), 120, "the task to start")
+        am = f"http://{record['AM_HOST']}:{record['AM_PORT']}"
+        status_before = requests.get(f"{am}/status.json", timeout=5).json()
+        assert [t["state"] for t in status_before["tasks"]] == ["RUNNING"]
+
+        body = {"task": "worker:0", "attempt": 0, "container": "x", "port": 1, "exit_code": 0}
+        for headers in ({}, {"Authorization": "Bearer not-the-secret"}, {"Authorization": "Basic abc"}):
+            for path in ("/v1/register", "/v1/result", "/v1/heartbeat", "/v1/started"):
+                resp = requests.post(f"{am}{path}", json=body, headers=headers, timeout=5)
+                assert resp.status_code == 401, (path, headers, resp.text)
+            resp = requests.get(f"{am}/v1/spec?task=worker:0&attempt=0&timeout=1", headers=headers, timeout=5)
+            assert resp.status_code == 401
+        status_after = requests.get(f"{am}/status.json", timeout=5).json()
+        assert status_after["tasks"][0]["state"] == "RUNNING"  # nothing changed
+        assert status_after["state"] == status_before["state"] and status_after["failures"] == []
+
+        client.send_signal(signal.SIGINT)
+        out, err = client.communicate(timeout=60)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 130, out + err
+    app_id = app_id_in(out)
+    assert cluster.app(app_id)["state"] == "KILLED"
+    assert "killed by the TonY-py client" in cluster.app(app_id)["diagnostics"]
+
+
+def make_venv_zip(path: Path) -> Path:
+    """A real (tiny) virtualenv, zipped the way users ship theirs; the interpreter is copied in."""
+    env_dir = path.parent / "venv-src"
+    venv.EnvBuilder(with_pip=False, symlinks=False).create(env_dir)
+    with zipfile.ZipFile(path, "w") as zf:
+        for file in sorted(env_dir.rglob("*")):
+            if file.is_file():
+                info = zipfile.ZipInfo(str(file.relative_to(env_dir)), date_time=(2020, 1, 1, 0, 0, 0))
+                info.external_attr = (file.stat().st_mode & 0o777) << 16
+                zf.writestr(info, file.read_bytes())
+    return path
+
+
+def test_unchanged_venv_is_not_uploaded_or_localized_again(tony, probe_args, tmp_path, cluster):
+    venv_zip = make_venv_zip(tmp_path / "venv.zip")
+    # a GPU request pins the task to the GPU node, so both runs use the same NodeManager
+    args = probe_args("tony.worker.instances=1", "tony.worker.gpus=1", "tony.worker.memory=512m")
+    args[args.index("--python_binary_path") + 1] = "bin/python"
+    args += ["--python_venv", str(venv_zip)]
+
+    first = tony(*args)
+    assert first.rc == 0, first.output[-3000:]
+    first_record = probe_records(tmp_path)["worker:0"]
+    assert first_record["executable"].endswith("/venv/bin/python")  # ran in the shipped venv
+    assert not [line for line in first.stdout.splitlines() if line.startswith("reused") and "venv-" in line]
+
+    second = tony(*args)
+    assert second.rc == 0, second.output[-3000:]
+    second_record = probe_records(tmp_path)["worker:0"]
+    reused = second.stdout.split("reused from the cache (not uploaded):", 1)[1].splitlines()[0]
+    assert "venv-" in reused
+    # the NodeManager localized it once and gave the second job the same copy
+    assert second_record["venv_realpath"] == first_record["venv_realpath"]
+    assert first.app_id not in first_record["venv_realpath"]  # not in an app-private dir
+    assert any(n.startswith("venv-") for n in cluster.hdfs_list(f"/user/{USER}/.tony/cache"))
