@@ -22,6 +22,7 @@ import requests
 
 from support import JOBS, PYTHON, ROOT, Cluster, Run, app_id_in, wait_clean
 from tony_py.cluster import LocalCluster
+from tony_py.cluster.jars import ensure_hadoop_jars
 
 
 def _docker_engine() -> bool:
@@ -57,7 +58,9 @@ def cluster(request) -> Cluster:
             timeout=240, pause=2,
             check=lambda: _responsive(f"{rm_web}/ws/v1/cluster/nodes", 2),
         )
-        yield Cluster("docker", conf_dir, rm_web, nn_web)
+        lib = ensure_hadoop_jars()  # the client's Hadoop jars, on the host
+        os.environ["TONY_HADOOP_CLASSPATH"] = f"{lib}/*"
+        yield Cluster("docker", conf_dir, rm_web, nn_web, lib_dir=lib)
         return
     workdir = ROOT / ".test-cluster"
     launcher = LocalCluster(workdir)
