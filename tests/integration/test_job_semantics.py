@@ -40,7 +40,8 @@ def test_tensorflow_environment(tony, probe_args, tmp_path, cluster):
         assert r["PROBE_SHELL_ENV"] == "shell" and r["PROBE_CONTAINER_ENV"] == "container"
         assert r["MALLOC_ARENA_MAX"] is None  # Hadoop's =4 slows TensorFlow ~3x
         assert r["TONY_APP_SECRET"] is None  # the AM secret never reaches user code
-        assert "tony_runtime" not in (r["PYTHONPATH"] or "")
+        assert "tony_runtime/deps" not in (r["PYTHONPATH"] or "")  # our py4j/psutil never shadow the user's
+        assert "/tony_runtime/tony_py/task.py" in r["tony_py_task_file"]  # tony_py.task is importable
         assert r["TONY_RESTART_ATTEMPT"] == "0"
         host, port = cluster_spec[job][int(index)].rsplit(":", 1)
         assert host == r["NM_HOST"] and port.isdigit()

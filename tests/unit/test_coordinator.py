@@ -1,5 +1,7 @@
 """The AM's job logic against a fake cluster port (pure logic: no YARN involved)."""
 
+import json
+
 import pytest
 
 from tony_py.am.coordinator import Coordinator, JobState
@@ -11,6 +13,7 @@ from tony_py.config.spec import build_job_spec
 class FakePort:
     def __init__(self):
         self.requests, self.launched, self.stopped, self.released, self.cancelled = [], [], [], [], []
+        self.blacklisted = []
 
     def request(self, request_id, task_type, count):
         self.requests.append((task_type.name, count))
@@ -32,6 +35,9 @@ class FakePort:
 
     def set_heartbeat_interval(self, ms):
         pass
+
+    def blacklist(self, node_id):
+        self.blacklisted.append(node_id)
 
 
 class Clock:
@@ -265,3 +271,112 @@ def test_signal_retry_can_be_disabled(tmp_path, override):
     h.bring_up()
     h.result("worker:0", code=None, signal="SIGKILL")
     assert h.c.final_status == "FAILED"
+
+
+# ---- timeouts ----------------------------------------------------------------------------------
+def test_allocation_timeout_names_what_is_missing(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=3", "tony.ps.instances=1", "tony.worker.memory=4g",
+                "tony.container.allocation.timeout=10000")
+    h.allocate("worker")
+    h.clock.now += 11
+    h.c.tick()
+    assert h.c.final_status == "FAILED"
+    diag = h.c.diagnostics()
+    assert "tony.container.allocation.timeout" in diag
+    assert "2 of 3 worker (4096 MB, 1 vcores each)" in diag and "1 of 1 ps" in diag
+    assert h.port.cancelled  # outstanding requests withdrawn
+
+
+def test_registration_timeout(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.container.registration.timeout=5000")
+    cid = h.allocate("worker")
+    h.c.on_started(cid)
+    h.clock.now += 6
+    h.c.tick()
+    assert h.c.final_status == "FAILED" and "did not register" in h.c.diagnostics()
+    assert cid in h.port.stopped
+
+
+def test_progress_timeout_kills_a_hung_task(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.task.progress-timeout-ms=5000")
+    h.bring_up()
+    h.clock.now += 4
+    h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {}, progress_age_s=0.5)
+    h.c.heartbeat("worker:1", 0, h.containers["worker:1"], {}, progress_age_s=None)
+    h.clock.now += 2
+    h.c.tick()
+    assert h.c.tasks["worker:1"].state == TaskState.FAILED  # hung since it started
+    assert h.c.decision is None  # a non-chief worker: TonY's tolerance
+    assert h.containers["worker:1"] in h.port.stopped
+    assert h.c.heartbeat("worker:1", 0, h.containers["worker:1"], {})["action"] == "exit"
+    h.clock.now += 4
+    h.c.tick()
+    assert h.c.final_status == "FAILED" and "made no progress" in h.c.diagnostics()  # now the chief
+
+
+def test_tasks_lingering_after_the_chief_are_stopped(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.evaluator.instances=1",
+                "tony.application.after-chief-timeout-ms=30000", "tony.task.max-missed-heartbeats=1000")
+    h.bring_up()
+    h.result("worker:0")
+    h.clock.now += 29
+    h.c.tick()
+    assert h.c.decision is None
+    h.clock.now += 2
+    h.c.tick()
+    assert h.c.final_status == "SUCCEEDED"
+    assert "stopped worker:1, evaluator:0" in h.c.diagnostics()
+    assert set(h.port.stopped) == {h.containers["worker:1"], h.containers["evaluator:0"]}
+
+
+def test_node_with_repeated_failures_is_blacklisted(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.am.retry-count=5", "tony.task.max-failures-per-node=2")
+    cid = h.allocate("worker")
+    node = h.c.tasks["worker:0"].container.node_id
+    h.c.on_started(cid)
+    h.c.on_completed(cid, -100, "lost")
+    assert h.port.blacklisted == []
+    h.c.on_allocated({"id": "c2", "node_id": node, "host": "h", "node_http": "", "resource": {},
+                      "allocation_request_id": 0, "priority": 0})
+    h.c.on_started("c2")
+    h.c.on_completed("c2", -100, "lost")
+    assert h.port.blacklisted == [node]
+
+
+# ---- AM fail-over ------------------------------------------------------------------------------
+def test_new_am_attempt_readopts_running_tasks(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.ps.instances=1")
+    h.bring_up()
+    for name in h.containers:
+        h.c.tasks[name].control_url = f"http://{name}"
+    snap = json.loads(json.dumps(h.c.snapshot()))  # through JSON, as on HDFS
+    live = [{"id": cid} for cid in h.containers.values()]
+
+    fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.ps.instances=1")
+    fresh.port.requests.clear()
+    adopted = fresh.c.adopt(snap, live)
+    fresh.c.start()
+    assert sorted(t.name for t in adopted) == ["ps:0", "worker:0", "worker:1"]
+    assert fresh.port.requests == []  # nothing to re-request
+    assert fresh.c.state == JobState.RUNNING and fresh.c.attempt == 0
+    # the running executors carry on against the new AM
+    assert fresh.c.heartbeat("worker:1", 0, h.containers["worker:1"], {}) == {"action": "continue"}
+    fresh.containers = h.containers
+    fresh.result("worker:0")
+    fresh.result("worker:1")
+    assert fresh.c.final_status == "SUCCEEDED"
+
+
+def test_new_am_attempt_restarts_when_a_task_died_meanwhile(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
+    h.bring_up()
+    for name in h.containers:
+        h.c.tasks[name].control_url = f"http://{name}"
+    snap = json.loads(json.dumps(h.c.snapshot()))
+    fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
+    fresh.port.requests.clear()
+    adopted = fresh.c.adopt(snap, [{"id": h.containers["worker:0"]}])  # worker:1's container is gone
+    assert [t.name for t in adopted] == ["worker:0"]
+    assert fresh.c.attempt == 1 and fresh.c.restarts_used == 1
+    assert fresh.port.requests == [("worker", 1)]
+    assert "lost while no AM was running" in " ".join(fresh.c.messages)

@@ -50,6 +50,7 @@ class ClusterPort(Protocol):
     def release(self, container_id: str) -> None: ...
     def set_progress(self, progress: float) -> None: ...
     def set_heartbeat_interval(self, ms: int) -> None: ...
+    def blacklist(self, node_id: str) -> None: ...
 
 
 LaunchBuilder = Callable[[Task], dict]
@@ -89,8 +90,13 @@ class Coordinator:
         self.cluster_view: dict[str, list[str]] | None = None
         self.started_at = clock()
         self.finish_deadline: float | None = None
+        self.requested_at = self.started_at  # when the outstanding container requests were made
+        self.chief_done_at: float | None = None
+        self.node_failures: dict[str, int] = {}
+        self.blacklisted: set[str] = set()
         self.timeline: dict[str, float] = {"am_started": self.started_at}
         self.messages: list[str] = []
+        self.dirty = True  # the snapshot for a later AM attempt is out of date
 
     # ---- helpers -------------------------------------------------------------------------
     def _mark(self, phase: str) -> None:
@@ -111,17 +117,16 @@ class Coordinator:
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         with self.lock:
-            self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
-            for task_type in self.spec.types:
-                self.port.request(self.request_ids[task_type.name], task_type, task_type.instances)
-            self._note(f"requested {len(self.tasks)} containers")
-
-    def kill(self, reason: str) -> None:
-        """The RM asked us to stop, or the AM is shutting down: stop everything."""
-        with self.lock:
-            if self.decision is None:
-                self.killed_reason = reason
-                self._finish(Decision(Action.FAIL, reason), status="KILLED")
+            self.requested_at = self.clock()
+            pending: dict[str, int] = {}
+            for task in self.tasks.values():
+                if task.state == TaskState.PENDING:
+                    pending[task.id.type] = pending.get(task.id.type, 0) + 1
+            if pending:
+                self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
+            for type_name, count in pending.items():
+                self.port.request(self.request_ids[type_name], self.spec.type(type_name), count)
+            self._note(f"requested {sum(pending.values())} containers")
 
     # ---- RM / NM events ------------------------------------------------------------------
     def on_allocated(self, data: dict) -> None:
@@ -140,6 +145,8 @@ class Coordinator:
                 return
             task.container = task.last_container = container
             task.state = TaskState.ALLOCATED
+            task.launched_at = self.clock()
+            self.dirty = True
             self._mark("first_container_allocated")
             if not any(t.state == TaskState.PENDING for t in self.tasks.values()):
                 self._mark("all_containers_allocated")
@@ -196,9 +203,7 @@ class Coordinator:
                 detail = (diagnostics or "").strip()
                 if detail:
                     reason += f"; YARN: {detail.splitlines()[0][:300]}"
-                self._fail(
-                    task, kind, reason, exit_code=exit_status, host=container.host, container_id=container.id
-                )
+                self._fail(task, kind, reason, container=container, exit_code=exit_status)
             self.cond.notify_all()
             self._maybe_done()
 
@@ -207,13 +212,14 @@ class Coordinator:
         """What a stale or superseded executor should do instead; None if it is current."""
         if task.container is None or (container_id and task.container.id != container_id):
             return {"action": "exit", "reason": "this container no longer runs the task"}
-        if self.decision is not None or task.stopping:
-            return {"action": "exit", "reason": "the job is finishing"}
+        if self.decision is not None or task.stopping or task.released:
+            return {"action": "exit", "reason": "the job is finishing" if self.decision else "the task is over"}
         if attempt < task.attempt:
             return {"action": "restart", "attempt": task.attempt}
         return None
 
-    def register(self, name: str, attempt: int, container_id: str, port: int, tb_port: int | None) -> dict:
+    def register(self, name: str, attempt: int, container_id: str, port: int, tb_port: int | None,
+                 control_port: int | None = None) -> dict:
         with self.lock:
             task = self.tasks.get(name)
             if task is None:
@@ -224,6 +230,8 @@ class Coordinator:
             now = self.clock()
             task.address = f"{task.container.host}:{port}"
             task.tb_port = tb_port
+            task.control_url = f"http://{task.container.host}:{control_port}" if control_port else None
+            self.dirty = True
             task.registered_at = now
             task.last_heartbeat = now
             task.state = TaskState.REGISTERED
@@ -296,7 +304,8 @@ class Coordinator:
                 self._mark("all_tasks_started")
             return {"ok": True}
 
-    def heartbeat(self, name: str, attempt: int, container_id: str, metrics: dict | None) -> dict:
+    def heartbeat(self, name: str, attempt: int, container_id: str, metrics: dict | None,
+                  progress_age_s: float | None = None) -> dict:
         with self.lock:
             task = self.tasks.get(name)
             if task is None:
@@ -307,6 +316,9 @@ class Coordinator:
             task.last_heartbeat = self.clock()
             if metrics:
                 task.metrics = metrics
+            if progress_age_s is not None:
+                # An age, not a timestamp: the node's clock need not agree with the AM's.
+                task.last_progress = max(task.last_progress or 0.0, task.last_heartbeat - float(progress_age_s))
             return {"action": "continue"}
 
     def report_result(
@@ -334,8 +346,11 @@ class Coordinator:
             task.finished_at = ended_at or self.clock()
             if metrics:
                 task.metrics = metrics
+            self.dirty = True
             if exit_code == 0 and not signal:
                 task.state = TaskState.SUCCEEDED
+                if task.id == self.spec.chief():
+                    self.chief_done_at = self.clock()
                 self._note(f"{task.name} succeeded")
                 self._apply(policy.completion(self.spec, self.tasks))
             else:
@@ -359,8 +374,9 @@ class Coordinator:
         return {"action": "exit"}
 
     # ---- failures, verdicts, restarts ----------------------------------------------------
-    def _fail(self, task: Task, kind: FailureKind, message: str, **details) -> None:
-        container = task.container
+    def _fail(self, task: Task, kind: FailureKind, message: str, container: Container | None = None,
+              **details) -> None:
+        container = container or task.container
         failure = Failure(
             task=task.name,
             attempt=task.attempt,
@@ -375,10 +391,32 @@ class Coordinator:
         task.failure = failure
         task.state = TaskState.FAILED
         task.finished_at = failure.time
+        self.dirty = True
         self._note(f"{failure.headline()}")
+        if task.container is not None and kind in (FailureKind.LOST, FailureKind.TIMEOUT, FailureKind.LAUNCH):
+            # The executor may be hung or cut off: it must not go on running the task.
+            task.released = True
+            self.port.stop(task.container.id)
+        if container is not None and kind != FailureKind.EXIT_CODE:
+            self._count_node_failure(container.node_id)
         if self.decision is not None:
             return
         self._apply(policy.after_failure(self.spec, self.tasks, task, self.restarts_used))
+
+    def _count_node_failure(self, node_id: str) -> None:
+        count = self.node_failures[node_id] = self.node_failures.get(node_id, 0) + 1
+        limit = self.spec.max_failures_per_node
+        if limit and count >= limit and node_id not in self.blacklisted:
+            self.blacklisted.add(node_id)
+            self.port.blacklist(node_id)
+            self._note(f"blacklisted {node_id} for this job: {count} task failures there "
+                       f"(tony.task.max-failures-per-node={limit})")
+
+    def on_nodes_updated(self, nodes: list[dict]) -> None:
+        with self.lock:
+            for node in nodes:
+                if node.get("state") in ("LOST", "UNHEALTHY", "DECOMMISSIONED", "SHUTDOWN"):
+                    self._note(f"node {node.get('node_id')} is {node.get('state')}")
 
     def _apply(self, decision: Decision) -> None:
         if decision.action == Action.CONTINUE or self.decision is not None:
@@ -414,12 +452,16 @@ class Coordinator:
             self.port.request(self.request_ids[type_name], self.spec.type(type_name), count)
         if missing:
             self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
+        self.requested_at = self.clock()
+        self.chief_done_at = None
         self.state = JobState.ALLOCATING
+        self.dirty = True
         self.cond.notify_all()
 
     def _finish(self, decision: Decision, status: str) -> None:
         self.decision = decision
         self.final_status = status
+        self.dirty = True
         self.state = JobState.FINISHING
         self.finish_deadline = self.clock() + FINISH_GRACE_S
         self._mark("verdict")
@@ -455,6 +497,7 @@ class Coordinator:
 
     # ---- clock ---------------------------------------------------------------------------
     def tick(self) -> None:
+        """The clock's part: heartbeats, and the timeouts that end hangs."""
         with self.lock:
             now = self.clock()
             if self.state == JobState.FINISHING:
@@ -462,25 +505,169 @@ class Coordinator:
                 return
             if self.decision is not None:
                 return
-            if self.spec.timeout_ms > 0 and now - self.started_at > self.spec.timeout_ms / 1000:
-                self._finish(
-                    Decision(Action.FAIL, f"the application timed out after {self.spec.timeout_ms / 1000:.0f} s "
-                             "(tony.application.timeout)"),
-                    status="FAILED",
-                )
+            for check in (self._check_app_timeout, self._check_allocation_timeout, self._check_tasks,
+                          self._check_after_chief):
+                check(now)
+                if self.decision is not None:
+                    return
+
+    def _fail_job(self, message: str) -> None:
+        self._finish(Decision(Action.FAIL, message), status="FAILED")
+
+    def _check_app_timeout(self, now: float) -> None:
+        if self.spec.timeout_ms > 0 and now - self.started_at > self.spec.timeout_ms / 1000:
+            self._fail_job(f"the application timed out after {self.spec.timeout_ms / 1000:.0f} s "
+                           "(tony.application.timeout)")
+
+    def _check_allocation_timeout(self, now: float) -> None:
+        limit = self.spec.allocation_timeout_ms
+        pending = [t for t in self.tasks.values() if t.state == TaskState.PENDING]
+        if limit < 0 or not pending or now - self.requested_at <= limit / 1000:
+            return
+        wanted = []
+        for task_type in self.spec.types:
+            missing = sum(1 for t in pending if t.id.type == task_type.name)
+            if missing:
+                wanted.append(f"{missing} of {task_type.instances} {task_type.name} "
+                              f"({task_type.resources.describe()} each)")
+        self._fail_job(
+            f"{self.spec.distributed_mode} allocation timed out after {limit / 1000:.0f} s "
+            f"(tony.container.allocation.timeout): YARN did not grant {', '.join(wanted)}; the "
+            "cluster (or the queue) has no room for them"
+        )
+
+    def _check_tasks(self, now: float) -> None:
+        spec = self.spec
+        expiry = spec.heartbeat_interval_ms * spec.max_missed_heartbeats / 1000
+        for task in list(self.tasks.values()):
+            if self.decision is not None:
                 return
-            expiry = self.spec.heartbeat_interval_ms * self.spec.max_missed_heartbeats / 1000
-            for task in list(self.tasks.values()):
-                if task.state in (TaskState.REGISTERED, TaskState.RUNNING) and task.last_heartbeat:
-                    silent = now - task.last_heartbeat
-                    if silent > expiry:
-                        self._fail(
-                            task, FailureKind.LOST,
-                            f"its executor sent no heartbeat for {silent:.1f} s "
-                            f"(tony.task.heartbeat-interval-ms x tony.task.max-missed-heartbeats = {expiry:.1f} s)",
-                        )
-                        if self.decision is not None:
-                            return
+            if task.attempt != self.attempt or task.released:
+                continue
+            if (task.state in (TaskState.ALLOCATED, TaskState.LAUNCHED) and task.launched_at
+                    and spec.registration_timeout_ms >= 0
+                    and now - task.launched_at > spec.registration_timeout_ms / 1000):
+                self._fail(task, FailureKind.LAUNCH,
+                           f"its executor did not register within {spec.registration_timeout_ms / 1000:.0f} s "
+                           "(tony.container.registration.timeout)")
+            elif task.state in (TaskState.REGISTERED, TaskState.RUNNING) and task.last_heartbeat \
+                    and now - task.last_heartbeat > expiry:
+                self._fail(task, FailureKind.LOST,
+                           f"its executor sent no heartbeat for {now - task.last_heartbeat:.1f} s "
+                           f"(tony.task.heartbeat-interval-ms x tony.task.max-missed-heartbeats = {expiry:.1f} s)")
+            elif task.state == TaskState.RUNNING and spec.progress_timeout_ms > 0:
+                last = task.last_progress or task.started_at or now
+                if now - last > spec.progress_timeout_ms / 1000:
+                    self._fail(task, FailureKind.TIMEOUT,
+                               f"made no progress for {now - last:.1f} s (tony.task.progress-timeout-ms="
+                               f"{spec.progress_timeout_ms}); the process was killed")
+
+    def _check_after_chief(self, now: float) -> None:
+        limit = self.spec.after_chief_timeout_ms
+        if self.chief_done_at is None or limit < 0 or now - self.chief_done_at <= limit / 1000:
+            return
+        lingering = [t for t in self.tasks.values() if t.tracked and not t.state.finished]
+        if not lingering:
+            return
+        names = ", ".join(t.name for t in lingering)
+        for task in lingering:
+            task.stopping = True
+        self._finish(
+            Decision(Action.SUCCEED,
+                     f"the chief succeeded; stopped {names}, still running {limit / 1000:.0f} s after it "
+                     "(tony.application.after-chief-timeout-ms)"),
+            status="SUCCEEDED",
+        )
+
+    # ---- AM fail-over ----------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """What a later AM attempt needs to take over; written to the staging dir."""
+        with self.lock:
+            self.dirty = False
+            return {
+                "version": 1,
+                "attempt": self.attempt,
+                "restarts_used": self.restarts_used,
+                "cluster_view": self.cluster_view,
+                "started_at": self.started_at,
+                "chief_done_at": self.chief_done_at,
+                "tasks": {name: t.to_json() for name, t in self.tasks.items()},
+                "failures": [f.to_json() for f in self.failures],
+                "node_failures": dict(self.node_failures),
+                "blacklisted": sorted(self.blacklisted),
+                "verdict": {"status": self.final_status, "action": self.decision.action.value,
+                            "message": self.decision.message} if self.decision else None,
+            }
+
+    def adopt(self, snap: dict, live_containers: list[dict]) -> list[Task]:
+        """Take over from an earlier AM attempt. Tasks whose containers YARN kept and whose
+        executors had registered are re-adopted untouched (they keep running; they only need
+        the new AM's address); an executor that had not registered yet is replaced; a task
+        whose container ended while no AM was there is a failure (the policy decides).
+        Returns the tasks whose executors must be told where the new AM is."""
+        with self.lock:
+            now = self.clock()
+            live = {c["id"]: c for c in live_containers}
+            self.attempt = snap["attempt"]
+            self.restarts_used = snap["restarts_used"]
+            self.cluster_view = snap.get("cluster_view")
+            self.started_at = snap.get("started_at") or self.started_at
+            self.chief_done_at = snap.get("chief_done_at")
+            self.failures = [Failure.from_json(f) for f in snap.get("failures", [])]
+            self.node_failures = dict(snap.get("node_failures", {}))
+            for node in snap.get("blacklisted", []):
+                self.blacklisted.add(node)
+                self.port.blacklist(node)
+            reach, lost = [], []
+            for name, data in snap["tasks"].items():
+                task = self.tasks.get(name)
+                if task is None:
+                    continue
+                task.attempt = data["attempt"]
+                task.address, task.tb_port = data.get("address"), data.get("tb_port")
+                task.exit_code, task.signal = data.get("exit_code"), data.get("signal")
+                task.released = data.get("released", False)
+                task.failure = Failure.from_json(data["failure"]) if data.get("failure") else None
+                if data.get("last_container"):
+                    task.last_container = Container(**data["last_container"])
+                state = TaskState(data["state"])
+                container = data.get("container")
+                if container and container["id"] in live and data.get("control_url"):
+                    live.pop(container["id"])
+                    task.container = Container(**container)
+                    task.container_started = True
+                    task.control_url = data["control_url"]
+                    task.state = state
+                    task.launched_at = task.last_heartbeat = now
+                    if state == TaskState.RUNNING:
+                        task.started_at = task.last_progress = now
+                    reach.append(task)
+                elif container and container["id"] in live:
+                    # launched but never registered: cheaper to replace than to wait for it
+                    self.port.stop(container["id"])
+                    live.pop(container["id"])
+                    task.reset_for_attempt(task.attempt, keep_container=False)
+                elif state.finished:
+                    task.state = state
+                elif container:
+                    task.state = TaskState.RUNNING
+                    lost.append(task)
+                else:
+                    task.state = TaskState.PENDING
+            for container_id in live:  # kept by YARN but unknown to the snapshot
+                self.port.stop(container_id)
+            self._note(f"took over from an earlier AM attempt: {len(reach)} task(s) re-adopted, "
+                       f"{len(lost)} lost while no AM was running")
+            verdict = snap.get("verdict")
+            if verdict:
+                self._finish(Decision(Action(verdict["action"]), verdict["message"]), status=verdict["status"])
+                return []
+            self.state = JobState.RUNNING if self.cluster_view else JobState.ALLOCATING
+            for task in lost:
+                self._fail(task, FailureKind.LOST, "its container ended while no AM was running",
+                           container=task.last_container)
+            self.dirty = True
+            return [t for t in reach if t.container is not None]
 
     # ---- views ---------------------------------------------------------------------------
     @property

@@ -73,7 +73,7 @@ class TaskLauncher:
             TONY_APP_SECRET=self.secret,
             TONY_TASK=task.name,
             TONY_RUNTIME_DIR=f"{PWD}/{RUNTIME_LINK}",
-            PYTHONPATH=f"{PWD}/{RUNTIME_LINK}",
+            PYTHONPATH=f"{PWD}/{RUNTIME_LINK}:{PWD}/{RUNTIME_LINK}/deps",
             PYTHONUNBUFFERED="1",
         )
         if self.meta.src_zip:

@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from py4j.java_gateway import GatewayParameters, JavaGateway
@@ -31,6 +32,7 @@ log = logging.getLogger("tony.am")
 
 FINAL_CONF = "tony-final.xml"
 JOB_META = "tony-job.json"
+STATE_FILE = "am-state.json"
 POLL_MS = 200
 
 
@@ -64,6 +66,9 @@ class BridgePort:
     def set_heartbeat_interval(self, ms: int) -> None:
         self.bridge.setHeartbeatInterval(int(ms))
 
+    def blacklist(self, node_id: str) -> None:
+        self.bridge.updateBlacklist([node_id], [])
+
 
 def load_spec(path: Path) -> JobSpec:
     conf = TonyConf()
@@ -81,6 +86,10 @@ def log_url_for(user: str):
     return url
 
 
+class Abandon(Exception):
+    """This AM attempt must end without touching the tasks: YARN (or a later attempt) owns them."""
+
+
 def dispatch(coordinator: Coordinator, event: dict) -> None:
     kind = event.get("type")
     if kind == "allocated":
@@ -91,14 +100,56 @@ def dispatch(coordinator: Coordinator, event: dict) -> None:
         coordinator.on_start_failed(event["container_id"], event.get("message", ""))
     elif kind == "completed":
         coordinator.on_completed(event["container_id"], int(event["exit_status"]), event.get("diagnostics") or "")
+    elif kind == "nodes_updated":
+        coordinator.on_nodes_updated(event.get("nodes") or [])
     elif kind == "shutdown_request":
-        coordinator.kill("the ResourceManager asked the AM to shut down")
+        raise Abandon("the ResourceManager asked this AM attempt to shut down")
     elif kind == "rm_error":
-        coordinator.kill(f"lost the ResourceManager: {event.get('message')}")
-    elif kind in ("stopped", "stop_failed", "nodes_updated"):
+        raise Abandon(f"lost the ResourceManager: {event.get('message')}")
+    elif kind in ("stopped", "stop_failed"):
         log.debug("event %s", event)
     else:
         log.warning("unknown event %s", event)
+
+
+def notify_executors(tasks: list[Task], am_url: str, secret: str) -> None:
+    """Tell re-adopted executors where the new AM attempt listens (their control endpoint)."""
+    body = json.dumps({"url": am_url}).encode()
+    for task in tasks:
+        req = urllib.request.Request(f"{task.control_url}/v1/am", data=body, method="POST")
+        req.add_header("Authorization", f"Bearer {secret}")
+        req.add_header("Content-Type", "application/json")
+        try:
+            urllib.request.urlopen(req, timeout=5).read()
+        except OSError as exc:  # its heartbeat timeout will catch it
+            log.warning("could not reach the executor of %s at %s: %s", task.name, task.control_url, exc)
+
+
+class StateStore:
+    """The coordinator's snapshot in the staging dir, for the next AM attempt."""
+
+    def __init__(self, fs, staging_dir: str):
+        self.fs = fs
+        self.path = f"{staging_dir}/{STATE_FILE}"
+        self.last_write = 0.0
+
+    def load(self) -> dict | None:
+        try:
+            if not self.fs.exists(self.path):
+                return None
+            return json.loads(self.fs.readText(self.path))
+        except Exception as exc:  # noqa: BLE001 - a bad snapshot means starting over
+            log.warning("cannot read %s: %s", self.path, exc)
+            return None
+
+    def save_if_dirty(self, coordinator: Coordinator, min_interval_s: float = 0.5) -> None:
+        now = time.monotonic()
+        if coordinator.dirty and now - self.last_write >= min_interval_s:
+            self.last_write = now
+            try:
+                self.fs.writeText(self.path, json.dumps(coordinator.snapshot()))
+            except Exception as exc:  # noqa: BLE001 - fail-over is best effort
+                log.warning("cannot write %s: %s", self.path, exc)
 
 
 def run() -> int:
@@ -111,10 +162,10 @@ def run() -> int:
         )
     )
     bridge = gateway.entry_point
+    am_attempt = bridge.attemptNumber()
     spec = load_spec(Path(FINAL_CONF))
     meta = JobMeta.from_json(json.loads(Path(JOB_META).read_text()))
-    log.info("AM for %s attempt %d: %s, %d tasks", meta.app_id, bridge.attemptNumber(),
-             spec.framework, len(spec.tasks()))
+    log.info("AM for %s attempt %d: %s, %d tasks", meta.app_id, am_attempt, spec.framework, len(spec.tasks()))
 
     host = os.environ.get("NM_HOST") or socket.getfqdn()
     bind_ip = socket.gethostbyname(host)
@@ -126,11 +177,11 @@ def run() -> int:
         return holder["launcher"].build(task)
 
     coordinator = Coordinator(spec, port, build_launch)
-    log_url = log_url_for(meta.user)
+    log_url = log_url_for(os.environ.get("USER") or meta.user)
 
     def status() -> dict:
         data = coordinator.status(log_url)
-        data.update(app_id=meta.app_id, am_attempt=bridge.attemptNumber(), name=spec.name)
+        data.update(app_id=meta.app_id, am_attempt=am_attempt, name=spec.name)
         return data
 
     server = AmHttpServer((bind_ip, 0), coordinator, app_secret, status)
@@ -141,15 +192,35 @@ def run() -> int:
     log.info("registered with the RM; tracking URL %s; max container %s", tracking_url, reg.get("max_capability"))
     coordinator.timeline["am_registered"] = time.time()
 
+    store = StateStore(bridge.fs(), meta.staging_dir)
+    snapshot = store.load() if am_attempt > 1 else None
+    if snapshot is not None:
+        adopted = coordinator.adopt(snapshot, reg.get("previous_containers") or [])
+        threading.Thread(target=notify_executors, args=(adopted, f"http://{host}:{server.port}", app_secret),
+                         daemon=True).start()
+    elif am_attempt > 1:
+        log.warning("no snapshot from the earlier attempt: starting the job over")
+        for container in reg.get("previous_containers") or []:
+            port.stop(container["id"])
+
     stop_requested = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
     coordinator.start()
-    while not coordinator.done:
-        if stop_requested.is_set():
-            coordinator.kill("the AM received SIGTERM (application killed)")
-        for event in json.loads(bridge.poll(POLL_MS)):
-            dispatch(coordinator, event)
-        coordinator.tick()
+    try:
+        while not coordinator.done:
+            if stop_requested.is_set():
+                # The NodeManager is stopping this container (application killed, AM over its
+                # memory, node going down). Leave the tasks alone: YARN kills them if the
+                # application is over, and a next attempt re-adopts them if it is not.
+                raise Abandon("the AM container received SIGTERM")
+            for event in json.loads(bridge.poll(POLL_MS)):
+                dispatch(coordinator, event)
+            coordinator.tick()
+            store.save_if_dirty(coordinator)
+    except Abandon as exc:
+        log.error("ending this AM attempt: %s", exc)
+        return 1
+    store.save_if_dirty(coordinator, min_interval_s=0)
 
     final = coordinator.final_status or "FAILED"
     diagnostics = coordinator.diagnostics()

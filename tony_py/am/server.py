@@ -113,11 +113,12 @@ class _Handler(BaseHTTPRequestHandler):
             c = self.server.coordinator
             task, attempt, container = body["task"], int(body["attempt"]), body.get("container", "")
             if url.path == "/v1/register":
-                answer = c.register(task, attempt, container, int(body["port"]), body.get("tb_port"))
+                answer = c.register(task, attempt, container, int(body["port"]), body.get("tb_port"),
+                                    body.get("control_port"))
             elif url.path == "/v1/started":
                 answer = c.task_started(task, attempt, container, int(body.get("pid") or 0))
             elif url.path == "/v1/heartbeat":
-                answer = c.heartbeat(task, attempt, container, body.get("metrics"))
+                answer = c.heartbeat(task, attempt, container, body.get("metrics"), body.get("progress_age_s"))
             elif url.path == "/v1/result":
                 answer = c.report_result(
                     task, attempt, container,

@@ -73,6 +73,12 @@ class Failure:
         data["kind"] = self.kind.value
         return data
 
+    @classmethod
+    def from_json(cls, data: dict) -> "Failure":
+        data = dict(data)
+        data["kind"] = FailureKind(data["kind"])
+        return cls(**data)
+
 
 @dataclass
 class Container:
@@ -110,6 +116,8 @@ class Task:
     exit_code: int | None = None
     signal: str | None = None
     failure: Failure | None = None
+    launched_at: float | None = None  # container assigned and its start requested
+    control_url: str | None = None  # the executor's control endpoint (AM fail-over)
     registered_at: float | None = None
     started_at: float | None = None
     finished_at: float | None = None
@@ -141,4 +149,22 @@ class Task:
         else:
             self.container = None
             self.container_started = False
+            self.control_url = None
+            self.launched_at = None
             self.state = TaskState.PENDING
+
+    def to_json(self) -> dict:
+        """What a later AM attempt needs to re-adopt this task."""
+        return {
+            "state": self.state.value,
+            "attempt": self.attempt,
+            "container": dict(self.container.__dict__) if self.container else None,
+            "last_container": dict(self.last_container.__dict__) if self.last_container else None,
+            "address": self.address,
+            "tb_port": self.tb_port,
+            "control_url": self.control_url,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "failure": self.failure.to_json() if self.failure else None,
+            "released": self.released,
+        }

@@ -5,7 +5,8 @@ the resolved config (tony-final.xml), the AM's job description (tony-job.json) a
 named in tony.containers.resources.
 
 Shared by every job, in <home>/.tony/cache/, named by content hash: the venv zip, the TonY-py
-runtime (tony_py + py4j + defusedxml [+ psutil] for the AM and executors) and the jar. A file
+runtime (tony_py, plus py4j, defusedxml and psutil under deps/, for the AM and executors) and
+the jar. A file
 whose hash is already there is not uploaded again, and because its path and timestamp do not
 change, NodeManagers reuse their localized copy (PUBLIC when the path is world-readable,
 else PRIVATE: cached per user). TonY re-uploaded the venv on every submit.
@@ -76,6 +77,9 @@ def _package_files(package: str) -> tuple[Path, list[tuple[str, Path]]] | None:
 
 
 def build_runtime_zip(target: Path) -> Path:
+    """tony_py at the top (user code may import tony_py.task from it), third-party packages
+    under deps/ (only the AM and the executors put deps/ on their path, so ours never shadow
+    the user's own py4j or psutil)."""
     entries: list[tuple[str, Path]] = []
     for package in RUNTIME_PACKAGES:
         found = _package_files(package)
@@ -83,7 +87,8 @@ def build_runtime_zip(target: Path) -> Path:
             if package == "psutil":
                 continue  # optional: executors report fewer metrics without it
             raise UsageError(f"the Python package {package!r} is missing from this environment")
-        entries.extend(found[1])
+        prefix = "" if package == "tony_py" else "deps/"
+        entries.extend((prefix + arcname, path) for arcname, path in found[1])
     with open(target, "wb") as out:
         _deterministic_zip(entries, out)
     return target

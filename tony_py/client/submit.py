@@ -215,7 +215,9 @@ class Submission:
             "type": spec.app_type,
             "tags": list(spec.tags) + ["tony-py"],
             "node_label": spec.node_label,
-            "max_attempts": 1,
+            "max_attempts": spec.am_max_attempts,
+            # A new AM attempt re-adopts the running tasks instead of starting over.
+            "keep_containers": True,
             "memory_mb": spec.am.memory_mb,
             "vcores": spec.am.vcores,
             "gpus": spec.am.gpus,
@@ -223,7 +225,7 @@ class Submission:
                 "resources": am_resources,
                 "env": {
                     "CLASSPATH": "<CPS>".join(classpath),
-                    "PYTHONPATH": "{{PWD}}/" + RUNTIME_LINK,
+                    "PYTHONPATH": f"{{{{PWD}}}}/{RUNTIME_LINK}:{{{{PWD}}}}/{RUNTIME_LINK}/deps",
                     "PYTHONUNBUFFERED": "1",
                     "TONY_AM_PYTHON": self.job.conf.get("tony.am.python") or "python3",
                     "TONY_APP_SECRET": secret,

@@ -95,8 +95,13 @@ class JobSpec:
     metrics_interval_ms: int = 5000
     execution_timeout_ms: int = 0
     registry_timeout_s: int = 0
-    allocation_timeout_ms: int = -1
-    registration_timeout_ms: int = -1
+    allocation_timeout_ms: int = 600_000
+    registration_timeout_ms: int = 600_000
+    progress_timeout_ms: int = 0
+    after_chief_timeout_ms: int = 300_000
+    max_failures_per_node: int = 3
+    am_max_attempts: int = 2
+    am_lost_timeout_s: int = 60
     client_stop_wait_s: int = 15
     command: str | None = None
     container_env: dict[str, str] = field(default_factory=dict)
@@ -305,8 +310,13 @@ def build_job_spec(conf: TonyConf) -> JobSpec:
         metrics_interval_ms=_int(conf, "tony.task.metrics-interval-ms", 5000, minimum=100),
         execution_timeout_ms=_int(conf, "tony.task.executor.execution-timeout-ms", 0, minimum=0),
         registry_timeout_s=_int(conf, "tony.task.executor.registry-timeout-sec", 0, minimum=0),
-        allocation_timeout_ms=_int(conf, "tony.container.allocation.timeout", -1, minimum=-1),
-        registration_timeout_ms=_int(conf, "tony.container.registration.timeout", -1, minimum=-1),
+        allocation_timeout_ms=_int(conf, "tony.container.allocation.timeout", 600_000, minimum=-1),
+        registration_timeout_ms=_int(conf, "tony.container.registration.timeout", 600_000, minimum=-1),
+        progress_timeout_ms=_int(conf, "tony.task.progress-timeout-ms", 0, minimum=0),
+        after_chief_timeout_ms=_int(conf, "tony.application.after-chief-timeout-ms", 300_000, minimum=-1),
+        max_failures_per_node=_int(conf, "tony.task.max-failures-per-node", 3, minimum=0),
+        am_max_attempts=_int(conf, "tony.am.max-attempts", 2, minimum=1),
+        am_lost_timeout_s=_int(conf, "tony.task.executor.am-lost-timeout-sec", 60, minimum=1),
         client_stop_wait_s=_int(conf, "tony.am.wait-client-signal-stop-timeout-sec", 15, minimum=0),
         command=default_command,
         container_env=parse_env_list(conf.get("tony.containers.envs"), "tony.containers.envs", for_yarn=True),

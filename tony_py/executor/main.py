@@ -30,6 +30,7 @@ from tony_py.config.layers import TonyConf
 from tony_py.config.spec import TaskId, build_job_spec
 from tony_py.config.xmlconf import read_xml
 from tony_py.executor.channel import AmChannel, AmUnreachable
+from tony_py.executor.control import ControlServer
 from tony_py.executor.process import UserProcess, describe_returncode, tail
 
 log = logging.getLogger("tony.executor")
@@ -77,7 +78,7 @@ class Settings:
             src_zip=env.get("TONY_SRC_ZIP"),
             runtime_dir=env.get("TONY_RUNTIME_DIR", ""),
             log_dir=Path((env.get("LOG_DIRS") or ".").split(",")[0]),
-            am_lost_timeout_s=float(env.get("TONY_AM_LOST_TIMEOUT_S", "60")),
+            am_lost_timeout_s=float(spec.am_lost_timeout_s),
         )
 
 
@@ -125,7 +126,9 @@ def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: 
     # Hadoop sets MALLOC_ARENA_MAX=4, which slows TensorFlow ~3x (TonY #346).
     env.pop("MALLOC_ARENA_MAX", None)
     if settings.runtime_dir:
-        parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != settings.runtime_dir]
+        # Keep tony_py (for tony_py.task) but not the AM/executor's third-party deps.
+        deps = os.path.join(settings.runtime_dir, "deps")
+        parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != deps]
         if parts:
             env["PYTHONPATH"] = os.pathsep.join(parts)
         else:
@@ -135,24 +138,48 @@ def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: 
     error_file = str(cwd / f"tony-error-{attempt}.json")
     env["TONY_ERROR_FILE"] = error_file
     env["TORCHELASTIC_ERROR_FILE"] = error_file
+    env["TONY_PROGRESS_FILE"] = str(cwd / f"tony-progress-{attempt}")
     return env
 
 
+def progress_age(path: str) -> float | None:
+    """Seconds since the task last touched its progress file (None: never)."""
+    try:
+        return max(0.0, time.time() - os.stat(path).st_mtime)
+    except OSError:
+        return None
+
+
 def read_error_file(path: str) -> dict | None:
+    """The task's error file: tony_py.task.record's format, or torchelastic's @record format."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else {"message": str(data)[:2000]}
+    if not isinstance(data, dict):
+        return {"message": str(data)[:2000]}
+    if isinstance(data.get("message"), dict):  # torch.distributed.elastic's error file
+        inner = data["message"]
+        text = str(inner.get("message", ""))
+        extra = inner.get("extraInfo") or {}
+        try:
+            when = float(extra.get("timestamp"))
+        except (TypeError, ValueError):
+            when = None
+        return {"type": text.split(":", 1)[0] if ":" in text else "error", "message": text,
+                "traceback": extra.get("py_callstack"), "time": when}
+    return data
 
 
 class Executor:
-    def __init__(self, settings: Settings, channel: AmChannel, base_env: dict, cwd: Path):
+    def __init__(self, settings: Settings, channel: AmChannel, base_env: dict, cwd: Path, control_port: int | None = None):
         self.s = settings
         self.channel = channel
         self.base_env = base_env
         self.cwd = cwd
+        self.control_port = control_port
         self.child: UserProcess | None = None
+        self.progress_file: str | None = None
         self.terminated = threading.Event()
 
     def _body(self, attempt: int, **extra) -> dict:
@@ -183,6 +210,7 @@ class Executor:
             port = socks[0].getsockname()[1]
             tb_port = socks[1].getsockname()[1] if len(socks) > 1 else None
             _check(self.channel.post("/v1/register", self._body(attempt, port=port, tb_port=tb_port,
+                                                                 control_port=self.control_port,
                                                                  pid=os.getpid())))
             log.info("registered %s attempt %d on port %d", self.s.task, attempt, port)
             answer = self._wait_for_spec(attempt)
@@ -192,6 +220,7 @@ class Executor:
                 s.close()
         out = self.s.log_dir / f"attempt-{attempt}.stdout"
         err = self.s.log_dir / f"attempt-{attempt}.stderr"
+        self.progress_file = env["TONY_PROGRESS_FILE"]
         self.child = UserProcess(self.s.command, env, str(self.cwd), out, err)
         log.info("started pid %d: %s", self.child.pid, self.s.command)
         _check(self.channel.post("/v1/started", self._body(attempt, pid=self.child.pid)))
@@ -243,7 +272,8 @@ class Executor:
                 return self.child.returncode if self.child.returncode is not None else -9, True
             if now >= next_beat:
                 next_beat = now + self.s.heartbeat_s
-                _check(self.channel.post("/v1/heartbeat", self._body(attempt, metrics=self._metrics())))
+                _check(self.channel.post("/v1/heartbeat", self._body(
+                    attempt, metrics=self._metrics(), progress_age_s=progress_age(self.progress_file))))
 
     def _metrics(self) -> dict:
         metrics = {"executor_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
@@ -278,7 +308,8 @@ def main() -> None:
     cwd = Path.cwd()
     unpack_src(settings.src_zip, cwd)
     channel = AmChannel(settings.am_url, settings.secret, give_up_after_s=settings.am_lost_timeout_s)
-    executor = Executor(settings, channel, env, cwd)
+    control = ControlServer(env.get("NM_HOST") or socket.getfqdn(), settings.secret, channel)
+    executor = Executor(settings, channel, env, cwd, control_port=control.port)
     signal.signal(signal.SIGTERM, executor.on_sigterm)
     log.info("executor for %s in %s (pid %d)", settings.task, settings.container_id, os.getpid())
     sys.exit(executor.run())

@@ -28,6 +28,12 @@ def main():
     record["pid"] = os.getpid()
     record["executable"] = sys.executable
     record["venv_realpath"] = os.path.realpath("venv") if os.path.exists("venv") else None
+    try:
+        import tony_py.task
+
+        record["tony_py_task_file"] = tony_py.task.__file__
+    except ImportError:
+        record["tony_py_task_file"] = None
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"{me}.json"), "w") as f:
         json.dump(record, f)

@@ -1,0 +1,70 @@
+"""Helpers for training code that runs as a TonY-py task. Standard library only.
+
+Every task container has `tony_py` on its PYTHONPATH, so user code can do:
+
+    from tony_py.task import record, report_progress
+
+    @record                      # a crash writes type, message and traceback to TONY_ERROR_FILE,
+    def main():                  # which the AM puts into the job's diagnostics
+        for step in range(steps):
+            train_step()
+            report_progress()    # proves the task is alive (tony.task.progress-timeout-ms)
+
+Without Python: `touch "$TONY_PROGRESS_FILE"` reports progress as well.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+import traceback
+
+ERROR_FILE_ENV = "TONY_ERROR_FILE"
+PROGRESS_FILE_ENV = "TONY_PROGRESS_FILE"
+
+
+def write_error(exc: BaseException) -> None:
+    """Record an exception in the task's error file; the first one recorded wins."""
+    path = os.environ.get(ERROR_FILE_ENV)
+    if not path or os.path.exists(path):
+        return
+    data = {
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        "time": time.time(),
+        "task": f"{os.environ.get('JOB_NAME', '?')}:{os.environ.get('TASK_INDEX', '?')}",
+    }
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def record(fn):
+    """Decorator for a task's entry point: exceptions (and non-zero sys.exit) are recorded."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                write_error(exc)
+            raise
+        except BaseException as exc:
+            write_error(exc)
+            raise
+
+    return wrapper
+
+
+def report_progress() -> None:
+    """Tell TonY-py the task is making progress (updates TONY_PROGRESS_FILE's mtime)."""
+    path = os.environ.get(PROGRESS_FILE_ENV)
+    if not path:
+        return
+    with open(path, "a"):
+        os.utime(path, None)
