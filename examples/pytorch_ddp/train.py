@@ -61,6 +61,7 @@ def main():
         start_epoch, step = state["epoch"] + 1, state["step"]
         print(f"resumed from checkpoint: epoch {start_epoch}, step {step}", flush=True)
 
+    first_step = True
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)
         ddp.train()
@@ -70,6 +71,9 @@ def main():
             loss.backward()
             optimizer.step()
             step += 1
+            if first_step:
+                print(f"first step done at {time.time():.3f}: step {step}", flush=True)
+                first_step = False
         print(f"epoch {epoch} step {step} loss {loss.item():.4f}", flush=True)
         if rank == 0:
             os.makedirs(args.checkpoint_dir, exist_ok=True)

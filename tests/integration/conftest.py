@@ -15,12 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import requests
 
-from support import JOBS, PYTHON, ROOT, Cluster, Run, app_id_in, wait_clean
+from support import JOBS, PYTHON, ROOT, Cluster, Run, app_id_in, finish, wait_clean
 from tony_py.cluster import LocalCluster
 from tony_py.cluster.jars import ensure_hadoop_jars
 
@@ -90,11 +91,14 @@ def tony(cluster):
     """Run `python -m tony_py.submit ARGS` (the real CLI) against the test cluster."""
 
     def run(*args: str, timeout: float = 300, env: dict | None = None) -> Run:
-        proc = subprocess.run(
-            [PYTHON, "-m", "tony_py.submit", *args],
-            capture_output=True, text=True, timeout=timeout, env=cluster.env(**(env or {})), cwd=ROOT,
-        )
-        return Run(proc.returncode, proc.stdout, proc.stderr, app_id_in(proc.stdout))
+        with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+            proc = subprocess.Popen([PYTHON, "-m", "tony_py.submit", *args], stdout=out, stderr=err, text=True,
+                                    env=cluster.env(**(env or {})), cwd=ROOT)
+            finish(proc, timeout)
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read(), err.read()
+        return Run(proc.returncode, stdout, stderr, app_id_in(stdout))
 
     return run
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -113,6 +115,21 @@ class Run:
     @property
     def output(self) -> str:
         return self.stdout + self.stderr
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> None:
+    """Wait for a client; past the timeout, Ctrl-C it (so it kills its YARN application)
+    before giving up on it, and fail the test."""
+    try:
+        proc.wait(timeout=timeout)
+        return
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    raise AssertionError(f"the client did not finish within {timeout} s (interrupted it)")
 
 
 def app_id_in(text: str) -> str | None:

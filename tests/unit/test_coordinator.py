@@ -380,3 +380,25 @@ def test_new_am_attempt_restarts_when_a_task_died_meanwhile(tmp_path):
     assert fresh.c.attempt == 1 and fresh.c.restarts_used == 1
     assert fresh.port.requests == [("worker", 1)]
     assert "lost while no AM was running" in " ".join(fresh.c.messages)
+
+
+def test_a_lost_node_costs_one_restart_not_one_per_task(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
+    h.bring_up()
+    h.complete("worker:0", -100)  # the node of both workers is lost: first completion...
+    assert h.c.attempt == 1 and h.c.tasks["worker:1"].kept
+    h.complete("worker:1", -100)  # ...and the second, before worker:1 came back
+    assert h.c.decision is None and h.c.restarts_used == 1
+    assert h.port.requests == [("worker", 2), ("worker", 1), ("worker", 1)]
+    assert [t.state for t in h.c.tasks.values()] == [TaskState.PENDING, TaskState.PENDING]
+
+
+def test_waiting_for_the_spec_counts_as_alive(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2")
+    c1 = h.allocate("worker")
+    h.c.on_started(c1)
+    h.c.register("worker:0", 0, c1, 2000, None)
+    h.c.tasks["worker:0"].polling = 1  # its executor is parked in a long-poll
+    h.clock.now += 30
+    h.c.tick()
+    assert h.c.tasks["worker:0"].state == TaskState.REGISTERED

@@ -192,6 +192,17 @@ class Coordinator:
             task.container_started = False
             if task.state.finished:
                 pass  # the executor reported the result before its container ended
+            elif task.kept and self.decision is None:
+                # A container kept for an in-place restart died before its executor came back
+                # (typically the same lost node that caused the restart): part of that failure,
+                # not a new one. Replace it without spending another restart.
+                task.reset_for_attempt(task.attempt, keep_container=False)
+                self.port.request(self.request_ids[task.id.type], self.spec.type(task.id.type), 1)
+                self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
+                self._note(f"{task.name}: its kept container {container.id} ended (exit status {exit_status}) "
+                           "before the restart reached it; requested a new one")
+                if exit_status != 0:
+                    self._count_node_failure(container.node_id)
             elif task.stopping or self.decision is not None:
                 task.state = TaskState.STOPPED
                 task.finished_at = self.clock()
@@ -228,6 +239,7 @@ class Coordinator:
             if stale:
                 return stale
             now = self.clock()
+            task.kept = False
             task.address = f"{task.container.host}:{port}"
             task.tb_port = tb_port
             task.control_url = f"http://{task.container.host}:{control_port}" if control_port else None
@@ -268,6 +280,7 @@ class Coordinator:
                 stale = self._instruction(task, attempt, container_id)
                 if stale:
                     return stale
+                task.last_heartbeat = self.clock()  # a waiting long-poll proves the executor alive
                 view = self.cluster_view
                 if view is None and self.spec.distributed_mode == "FCFS" and task.address:
                     view = self._view()
@@ -277,7 +290,11 @@ class Coordinator:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
-                self.cond.wait(remaining)
+                task.polling += 1
+                try:
+                    self.cond.wait(remaining)
+                finally:
+                    task.polling -= 1
 
     def _task_env(self, task: Task, view: dict[str, list[str]]) -> dict[str, str]:
         env = frameworks.task_env(self.spec, view, task.id)
@@ -551,7 +568,7 @@ class Coordinator:
                            f"its executor did not register within {spec.registration_timeout_ms / 1000:.0f} s "
                            "(tony.container.registration.timeout)")
             elif task.state in (TaskState.REGISTERED, TaskState.RUNNING) and task.last_heartbeat \
-                    and now - task.last_heartbeat > expiry:
+                    and not task.polling and now - task.last_heartbeat > expiry:
                 self._fail(task, FailureKind.LOST,
                            f"its executor sent no heartbeat for {now - task.last_heartbeat:.1f} s "
                            f"(tony.task.heartbeat-interval-ms x tony.task.max-missed-heartbeats = {expiry:.1f} s)")

@@ -109,6 +109,8 @@ class Task:
     last_container: Container | None = None  # kept after the container ends, for logs
     container_started: bool = False
     released: bool = False  # its executor was told to exit; the container is ending
+    kept: bool = False  # its container was kept by a gang restart; not re-registered yet
+    polling: int = 0  # long-polls of its executor now waiting in the AM (alive, not heartbeating)
     stopping: bool = False  # the AM asked its container to stop
     address: str | None = None  # host:port the executor reserved for this attempt
     tb_port: int | None = None
@@ -144,7 +146,8 @@ class Task:
         self.last_progress = None
         self.stopping = False
         self.released = False
-        if keep_container and self.container is not None:
+        self.kept = keep_container and self.container is not None
+        if self.kept:
             self.state = TaskState.LAUNCHED
         else:
             self.container = None

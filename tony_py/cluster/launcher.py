@@ -356,6 +356,35 @@ class LocalCluster:
             time.sleep(0.25)
         raise SetupError(f"the cluster did not become ready in time: {last}")
 
+    # ---- one daemon (fault tests) ------------------------------------------------------
+    def kill_daemon(self, name: str) -> int:
+        """SIGKILL one daemon, as a machine failure would; returns its pid. Its containers
+        (own sessions under DefaultContainerExecutor) keep running, as on a real lost node."""
+        state = self.load_state()
+        daemon = next((d for d in state.daemons if d.name == name), None) if state else None
+        proc = daemon.process() if daemon else None
+        if proc is None:
+            raise SetupError(f"{name} is not running in {self.workdir}")
+        proc.kill()
+        proc.wait(timeout=10)
+        return daemon.pid
+
+    def restart_daemon(self, name: str, timeout: float = 120.0) -> None:
+        """Start a stopped daemon again with its old config and wait until the cluster is ready."""
+        state = self.load_state()
+        if state is None:
+            raise SetupError(f"no cluster in {self.workdir}")
+        old = next((d for d in state.daemons if d.name == name), None)
+        if old is not None and old.process() is not None:
+            return
+        state.daemons = [d for d in state.daemons if d.name != name]
+        if name.startswith("nodemanager"):
+            self._spawn(state, name, "nodemanager", str(Path(state.workdir) / f"conf-{name.replace('nodemanager', 'nm')}"))
+        else:
+            self._spawn(state, name, name, state.conf_dir)
+        self._save_state(state)
+        self._wait_ready(state, deadline=time.monotonic() + timeout)
+
     # ---- down --------------------------------------------------------------------------
     def down(self, purge: bool = False, grace: float = 10.0) -> list[str]:
         """Stop what `up` started. Returns the names of the daemons that were stopped."""

@@ -4,8 +4,10 @@ told (exit code, stderr, sleeping) so tests can drive TonY's success/failure rul
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
+from pathlib import Path
 
 VARS = (
     "JOB_NAME TASK_INDEX TASK_NUM JOB_ID appid DISTRIBUTED_MODE IS_CHIEF AM_HOST AM_PORT TB_PORT "
@@ -21,11 +23,16 @@ def main():
     p.add_argument("--fail", default="", help="task:code[,task:code] to exit with")
     p.add_argument("--sleep", default="", help="task:seconds[,...] to sleep before exiting ('*' = every task)")
     p.add_argument("--forever", default="", help="comma-separated tasks that never exit by themselves")
+    p.add_argument("--progress", action="store_true", help="report progress every 0.5 s while waiting")
+    p.add_argument("--hang", default="", help="comma-separated tasks that block forever without progress")
+    p.add_argument("--spawn", default="", help="comma-separated tasks that start a `sleep` grandchild")
     args = p.parse_args()
     me = f"{os.environ['JOB_NAME']}:{os.environ['TASK_INDEX']}"
     record = {k: os.environ.get(k) for k in VARS}
     record["cwd_files"] = sorted(os.listdir("."))
     record["pid"] = os.getpid()
+    if me in args.spawn.split(","):
+        record["grandchild_pid"] = subprocess.Popen(["sleep", "600"]).pid
     record["executable"] = sys.executable
     record["venv_realpath"] = os.path.realpath("venv") if os.path.exists("venv") else None
     try:
@@ -46,12 +53,21 @@ def main():
                 return value
         return None
 
-    if me in args.forever.split(","):
+    def wait(seconds):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if args.progress:
+                Path(os.environ["TONY_PROGRESS_FILE"]).touch()
+            time.sleep(0.5)
+
+    if me in args.hang.split(","):
         while True:
             time.sleep(1)
+    if me in args.forever.split(","):
+        wait(float("inf"))
     seconds = lookup(args.sleep)
     if seconds:
-        time.sleep(float(seconds))
+        wait(float(seconds))
     code = lookup(args.fail)
     if code:
         print(f"probe {me} failing on purpose with exit code {code}", file=sys.stderr, flush=True)

@@ -1,0 +1,252 @@
+"""Failures on the real cluster: gang restart in place, retry budget, lost NodeManager, AM
+fail-over, hangs and timeouts. Every test also checks (autouse fixture) that no application,
+staging dir or stray process is left behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+
+import psutil
+import pytest
+
+from support import PYTHON, ROOT, Run, app_id_in, finish, probe_records
+from tony_py.cluster import LocalCluster
+
+
+class Background:
+    """The real CLI in the background, its output collected."""
+
+    def __init__(self, cluster, args):
+        self.proc = subprocess.Popen([PYTHON, "-m", "tony_py.submit", *args], cwd=ROOT, env=cluster.env(),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out: list[str] = []
+        self.err = ""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.out.append(line)
+        self.err = self.proc.stderr.read()
+
+    @property
+    def app_id(self):
+        return app_id_in("".join(self.out))
+
+    def wait(self, timeout=300) -> Run:
+        finish(self.proc, timeout)
+        self._reader.join(timeout=10)
+        return Run(self.proc.returncode, "".join(self.out), self.err, self.app_id)
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def tasks_running(cluster, job, attempt=0, count=None):
+    """The AM's task table once every task (or `count`) runs in the given gang attempt."""
+    if not job.app_id:
+        return None
+    status = cluster.am_status(job.app_id)
+    if not status:
+        return None
+    running = [t for t in status["tasks"] if t["state"] == "RUNNING" and t["attempt"] == attempt]
+    want = count if count is not None else len(status["tasks"])
+    return status if len(running) >= want else None
+
+
+def user_pid(cluster, app_id, task, attempt=0):
+    log = cluster.task_logs(app_id).get(task, {}).get("executor.log", "")
+    pids = re.findall(r"started pid (\d+)", log)
+    return int(pids[attempt]) if len(pids) > attempt else None
+
+
+def pytorch_args(ckpt, *conf, epochs=12, epoch_sleep=1.0):
+    args = ["--src_dir", str(ROOT / "examples/pytorch_ddp"), "--executes", "train.py",
+            "--python_binary_path", PYTHON, "--conf_file", str(ROOT / "examples/pytorch_ddp/tony.xml"),
+            "--task_params", f"--checkpoint_dir {ckpt} --epochs {epochs} --epoch_sleep {epoch_sleep}"]
+    for c in conf:
+        args += ["--conf", c]
+    return args
+
+
+# ---- gang restart -------------------------------------------------------------------------------
+def test_killed_worker_restarts_in_place_and_resumes_from_checkpoint(cluster, tmp_path):
+    job = Background(cluster, pytorch_args(tmp_path / "ckpt", "tony.am.retry-count=1"))
+    wait_for(lambda: tasks_running(cluster, job), 120, "both workers to run")
+    wait_for(lambda: "epoch 2 " in cluster.task_logs(job.app_id).get("worker:1", {}).get("attempt-0.stdout", ""),
+             120, "epoch 2 on worker:1")
+    containers_before = {t["name"]: t["container_id"] for t in cluster.am_status(job.app_id)["tasks"]}
+    os.kill(user_pid(cluster, job.app_id, "worker:1"), signal.SIGKILL)
+    run = job.wait(timeout=300)
+    assert run.rc == 0, run.output[-4000:]
+
+    logs = cluster.task_logs(run.app_id)
+    for task in ("worker:0", "worker:1"):
+        assert "attempt-1.stdout" in logs[task], sorted(logs[task])  # restarted in its old container
+        assert logs[task]["executor.log"].count("registered") == 2
+    second = logs["worker:0"]["attempt-1.stdout"]
+    resumed = int(re.search(r"resumed from checkpoint: epoch (\d+), step (\d+)", second).group(1))
+    assert resumed >= 2  # the step counter continues instead of starting over
+    first_epoch_line = re.search(r"epoch (\d+) step (\d+)", second)
+    assert int(first_epoch_line.group(1)) == resumed and int(first_epoch_line.group(2)) > 0
+    assert "rank 0 of 2 (restart attempt 1)" in second
+    assert float(re.search(r"test accuracy: ([0-9.]+)", second).group(1)) >= 0.9
+    # same containers: the restart paid no YARN round trip
+    container_dirs = {p.name for p in cluster.container_dirs(run.app_id)}
+    assert set(containers_before.values()) <= container_dirs
+    assert len(container_dirs) == 3  # AM + 2 workers, nothing new
+
+
+def test_retry_count_is_respected(cluster, probe_args, tmp_path):
+    job = Background(cluster, probe_args("tony.worker.instances=2", "tony.worker.memory=512m",
+                                         "tony.am.retry-count=1", params="--forever worker:0,worker:1 --progress"))
+    wait_for(lambda: tasks_running(cluster, job), 120, "the tasks to run")
+    os.kill(user_pid(cluster, job.app_id, "worker:0"), signal.SIGKILL)
+    wait_for(lambda: tasks_running(cluster, job, attempt=1), 120, "the restarted tasks to run")
+    os.kill(user_pid(cluster, job.app_id, "worker:0", attempt=1), signal.SIGKILL)
+    run = job.wait(timeout=120)
+    assert run.rc == 1, run.output[-4000:]
+    diagnostics = cluster.app(run.app_id)["diagnostics"]
+    assert "Root cause: worker:0 (attempt 1 on" in diagnostics and "killed by SIGKILL" in diagnostics
+    assert "restart 1 of 1" in diagnostics or "worker:0 (attempt 0" in diagnostics  # the earlier one is kept
+    assert "Root cause: worker:0 (attempt 1" in run.stdout
+
+
+def test_non_retryable_exit_fails_at_once_without_restarts(tony, probe_args, cluster):
+    run = tony(*probe_args("tony.worker.instances=2", "tony.worker.memory=512m", "tony.am.retry-count=3",
+                           params="--fail worker:0:3 --sleep worker:1:60"))
+    assert run.rc == 1, run.output[-3000:]
+    diagnostics = cluster.app(run.app_id)["diagnostics"]
+    assert "exit code 3" in diagnostics and "restarting" not in diagnostics
+    logs = cluster.task_logs(run.app_id)
+    assert all("attempt-1.stdout" not in files for files in logs.values())
+
+
+def test_error_file_becomes_the_root_cause(tony, cluster, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "crash.py").write_text(
+        "from tony_py.task import record\n\n"
+        "@record\n"
+        "def main():\n"
+        "    raise ValueError('learning rate must be positive, got -0.1')\n\n"
+        "main()\n")
+    run = tony("--src_dir", str(src), "--executes", "crash.py", "--python_binary_path", PYTHON,
+               "--conf", "tony.worker.instances=1", "--conf", "tony.worker.memory=512m",
+               "--conf", "tony.am.memory=512m")
+    assert run.rc == 1, run.output[-3000:]
+    for text in (run.stdout, cluster.app(run.app_id)["diagnostics"]):
+        assert "worker:0" in text
+        assert "ValueError: learning rate must be positive, got -0.1" in text
+        assert "traceback (from the task's error file)" in text
+
+
+# ---- hangs and timeouts -------------------------------------------------------------------------
+def test_hung_chief_is_caught_by_the_progress_timeout(tony, probe_args, cluster):
+    run = tony(*probe_args("tony.worker.instances=2", "tony.worker.memory=512m", "tony.task.progress-timeout-ms=4000",
+                           params="--hang worker:0 --sleep worker:1:60 --progress"))
+    assert run.rc == 1, run.output[-3000:]
+    diagnostics = cluster.app(run.app_id)["diagnostics"]
+    assert "worker:0" in diagnostics and "made no progress" in diagnostics
+    assert "tony.task.progress-timeout-ms" in diagnostics
+
+
+def test_allocation_timeout_names_what_was_missing(tony, probe_args, cluster):
+    run = tony(*probe_args("tony.worker.instances=12", "tony.worker.memory=4g",
+                           "tony.container.allocation.timeout=6000"))
+    assert run.rc == 1, run.output[-3000:]
+    diagnostics = cluster.app(run.app_id)["diagnostics"]
+    assert "tony.container.allocation.timeout" in diagnostics
+    assert re.search(r"\d+ of 12 worker \(4096 MB, 1 vcores each\)", diagnostics), diagnostics
+
+
+def test_execution_timeout_kills_the_process_group(tony, probe_args, cluster, tmp_path):
+    run = tony(*probe_args("tony.worker.instances=1", "tony.worker.memory=512m",
+                           "tony.task.executor.execution-timeout-ms=3000",
+                           params="--sleep worker:0:300 --spawn worker:0"))
+    assert run.rc == 1, run.output[-3000:]
+    assert "execution-timeout-ms=3000" in cluster.app(run.app_id)["diagnostics"]
+    grandchild = probe_records(tmp_path)["worker:0"]["grandchild_pid"]
+    assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+
+
+def test_workers_still_running_after_the_chief_are_stopped(tony, probe_args, cluster):
+    run = tony(*probe_args("tony.worker.instances=2", "tony.evaluator.instances=1", "tony.worker.memory=512m",
+                           "tony.evaluator.memory=512m", "tony.application.after-chief-timeout-ms=3000",
+                           params="--forever worker:1,evaluator:0 --sleep worker:0:1"))
+    assert run.rc == 0, run.output[-3000:]
+    diagnostics = cluster.app(run.app_id)["diagnostics"]
+    assert "stopped worker:1, evaluator:0" in diagnostics and "after-chief-timeout-ms" in diagnostics
+
+
+# ---- lost NodeManager and AM fail-over ----------------------------------------------------------
+@pytest.fixture
+def nodemanager2_back(cluster):
+    """Whatever a test does to nodemanager2, it is running again afterwards."""
+    if cluster.workdir is None:
+        pytest.skip("needs the process launcher to kill and restart a NodeManager")
+    yield LocalCluster(cluster.workdir)
+    LocalCluster(cluster.workdir).restart_daemon("nodemanager2")
+
+
+def test_lost_nodemanager_job_finishes_on_the_other_node(cluster, probe_args, tmp_path, nodemanager2_back):
+    # A filler job holds most of the GPU node (nm1), so the workers can only start on nm2;
+    # the AM asks for a GPU, so it runs on nm1. Then nm2 dies.
+    filler = Background(cluster, probe_args("tony.application.framework=standalone", "tony.worker.instances=1",
+                                            "tony.worker.gpus=1", "tony.worker.memory=10g",
+                                            "tony.application.name=filler", params="--forever worker:0"))
+    wait_for(lambda: tasks_running(cluster, filler), 120, "the filler to hold nm1")
+    job = Background(cluster, pytorch_args(tmp_path / "ckpt", "tony.am.retry-count=1", "tony.am.gpus=1",
+                                           epochs=10, epoch_sleep=1.0))
+    status = wait_for(lambda: tasks_running(cluster, job), 120, "both workers to run")
+    gpu_node = cluster.gpu_node_id()
+    assert all(t["node_id"] != gpu_node for t in status["tasks"])  # both on nm2
+    filler.proc.send_signal(signal.SIGINT)
+    assert filler.wait(timeout=60).rc == 130
+
+    nodemanager2_back.kill_daemon("nodemanager2")
+    run = job.wait(timeout=300)
+    assert run.rc == 0, run.output[-4000:]
+    assert "finished: SUCCEEDED" in run.stdout
+    logs = cluster.task_logs(run.app_id)
+    for task in ("worker:0", "worker:1"):
+        # the replacement ran on nm1 and resumed from the checkpoint
+        assert "attempt-1.stdout" in logs[task]
+        assert "resumed from checkpoint" in logs[task]["attempt-1.stdout"]
+    nm1_dirs = [p for p in cluster.container_dirs(run.app_id) if "/nm1/" in str(p)]
+    assert len(nm1_dirs) >= 3  # AM + the two replacement workers
+
+
+def test_am_killed_attempt_2_finishes_the_job(cluster, probe_args, tmp_path):
+    job = Background(cluster, probe_args("tony.worker.instances=2", "tony.worker.memory=512m",
+                                         params="--sleep *:20 --progress"))
+    wait_for(lambda: tasks_running(cluster, job), 120, "the tasks to run")
+    app_id = job.app_id
+    am = [p for p in psutil.process_iter(["name", "cmdline", "cwd"])
+          if p.info["name"] == "java" and "io.tonypy.am.ApplicationMaster" in " ".join(p.info["cmdline"] or [])
+          and app_id in (p.info["cwd"] or "")]
+    assert len(am) == 1
+    am[0].kill()
+    run = job.wait(timeout=180)
+    assert run.rc == 0, run.output[-4000:]
+    assert "YARN started AM attempt 2" in run.stdout
+    attempts = cluster.app(run.app_id)
+    assert attempts["finalStatus"] == "SUCCEEDED"
+    # re-adopted, not restarted: each task ran once
+    logs = cluster.task_logs(run.app_id)
+    for task in ("worker:0", "worker:1"):
+        assert sorted(f for f in logs[task] if f.startswith("attempt-")) == ["attempt-0.stderr", "attempt-0.stdout"]
+        assert "the AM moved" in logs[task]["executor.log"]
+    assert {r["TONY_RESTART_ATTEMPT"] for r in probe_records(tmp_path).values()} == {"0"}
