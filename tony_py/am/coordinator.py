@@ -447,6 +447,7 @@ class Coordinator:
     def _restart(self, decision: Decision) -> None:
         self.restarts_used += 1
         self.attempt += 1
+        self.timeline[f"restart_decided@{self.attempt}"] = self.clock()
         self.cluster_view = None
         self.state = JobState.RESTARTING
         self._note(decision.message)
