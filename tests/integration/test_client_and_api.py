@@ -90,3 +90,22 @@ def test_unchanged_venv_is_not_uploaded_or_localized_again(tony, probe_args, tmp
     assert second_record["venv_realpath"] == first_record["venv_realpath"]
     assert first.app_id not in first_record["venv_realpath"]  # not in an app-private dir
     assert any(n.startswith("venv-") for n in cluster.hdfs_list(f"/user/{USER}/.tony/cache"))
+
+
+def test_hdfs_classpath_files_are_localized_and_on_the_classpath(tony, probe_args, tmp_path, cluster):
+    from test_cluster import hadoop_java
+
+    jar = tmp_path / "extra-lib.jar"
+    jar.write_bytes(b"PK\x05\x06" + b"\0" * 18)  # an empty zip is a valid (empty) jar
+    remote = f"/tmp/tony-it-cp-{tmp_path.name}"
+    assert hadoop_java(cluster, "org.apache.hadoop.fs.FsShell", "-mkdir", "-p", remote).returncode == 0
+    assert hadoop_java(cluster, "org.apache.hadoop.fs.FsShell", "-put", str(jar), remote).returncode == 0
+    try:
+        run = tony(*probe_args("tony.worker.instances=1", "tony.worker.memory=512m"),
+                   "--hdfs_classpath", f"{remote},/tmp/tony-it-missing-dir")
+        assert run.rc == 0, run.output[-3000:]
+        record = probe_records(tmp_path)["worker:0"]
+        assert "extra-lib.jar" in record["cwd_files"]
+        assert record["CLASSPATH"].split(":")[0].endswith("/extra-lib.jar")
+    finally:
+        hadoop_java(cluster, "org.apache.hadoop.fs.FsShell", "-rm", "-r", "-skipTrash", remote)

@@ -78,6 +78,10 @@ class TaskLauncher:
         )
         if self.meta.src_zip:
             env["TONY_SRC_ZIP"] = self.meta.src_zip
+        hdfs_classpath = self.meta.extra.get("hdfs_classpath") or []
+        if hdfs_classpath:
+            # --hdfs_classpath: the files were localized into the working dir.
+            env["CLASSPATH"] = ":".join([f"{PWD}/{name}" for name in hdfs_classpath] + ["$CLASSPATH"])
         if task.id == spec.chief():
             env["IS_CHIEF"] = "true"
             env["TONY_RESERVE_TB_PORT"] = "1"
