@@ -126,12 +126,15 @@ def notify_executors(tasks: list[Task], am_url: str, secret: str) -> None:
 
 
 class StateStore:
-    """The coordinator's snapshot in the staging dir, for the next AM attempt."""
+    """The coordinator's snapshot in the staging dir, for the next AM attempt. Written from its
+    own thread: an HDFS write can take a second (the first one loads the whole client), and the
+    event loop must not wait for it."""
 
     def __init__(self, fs, staging_dir: str):
         self.fs = fs
         self.path = f"{staging_dir}/{STATE_FILE}"
-        self.last_write = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def load(self) -> dict | None:
         try:
@@ -142,14 +145,27 @@ class StateStore:
             log.warning("cannot read %s: %s", self.path, exc)
             return None
 
-    def save_if_dirty(self, coordinator: Coordinator, min_interval_s: float = 0.5) -> None:
-        now = time.monotonic()
-        if coordinator.dirty and now - self.last_write >= min_interval_s:
-            self.last_write = now
-            try:
-                self.fs.writeText(self.path, json.dumps(coordinator.snapshot()))
-            except Exception as exc:  # noqa: BLE001 - fail-over is best effort
-                log.warning("cannot write %s: %s", self.path, exc)
+    def save(self, coordinator: Coordinator) -> None:
+        try:
+            self.fs.writeText(self.path, json.dumps(coordinator.snapshot()))
+        except Exception as exc:  # noqa: BLE001 - fail-over is best effort
+            log.warning("cannot write %s: %s", self.path, exc)
+
+    def start(self, coordinator: Coordinator, interval_s: float = 0.5) -> None:
+        def loop():
+            while not self._stop.wait(interval_s):
+                if coordinator.dirty:
+                    self.save(coordinator)
+
+        self._thread = threading.Thread(target=loop, name="am-state", daemon=True)
+        self._thread.start()
+
+    def stop(self, coordinator: Coordinator) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if coordinator.dirty:
+            self.save(coordinator)
 
 
 def run() -> int:
@@ -206,6 +222,7 @@ def run() -> int:
     stop_requested = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
     coordinator.start()
+    store.start(coordinator)
     try:
         while not coordinator.done:
             if stop_requested.is_set():
@@ -216,11 +233,10 @@ def run() -> int:
             for event in json.loads(bridge.poll(POLL_MS)):
                 dispatch(coordinator, event)
             coordinator.tick()
-            store.save_if_dirty(coordinator)
     except Abandon as exc:
         log.error("ending this AM attempt: %s", exc)
         return 1
-    store.save_if_dirty(coordinator, min_interval_s=0)
+    store.stop(coordinator)
 
     final = coordinator.final_status or "FAILED"
     diagnostics = coordinator.diagnostics()
