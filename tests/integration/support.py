@@ -117,6 +117,17 @@ class Run:
         return self.stdout + self.stderr
 
 
+def wait_for(predicate, timeout: float, what: str):
+    """Poll until predicate() returns something truthy; fail the test after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
 def finish(proc: subprocess.Popen, timeout: float) -> None:
     """Wait for a client; past the timeout, Ctrl-C it (so it kills its YARN application)
     before giving up on it, and fail the test."""

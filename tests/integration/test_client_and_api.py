@@ -3,24 +3,13 @@ YARN application; an unchanged venv is neither uploaded nor localized again."""
 
 import signal
 import subprocess
-import time
 import venv
 import zipfile
 from pathlib import Path
 
 import requests
 
-from support import PYTHON, ROOT, USER, app_id_in, probe_records
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+from support import PYTHON, ROOT, USER, app_id_in, probe_records, wait_for
 
 
 def test_api_rejects_requests_without_the_secret_and_ctrl_c_kills_the_app(cluster, probe_args, tmp_path):

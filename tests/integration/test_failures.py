@@ -9,12 +9,11 @@ import re
 import signal
 import subprocess
 import threading
-import time
 
 import psutil
 import pytest
 
-from support import PYTHON, ROOT, Run, app_id_in, finish, probe_records
+from support import PYTHON, ROOT, Run, app_id_in, finish, probe_records, wait_for
 from tony_py.cluster import LocalCluster
 
 
@@ -42,16 +41,6 @@ class Background:
         finish(self.proc, timeout)
         self._reader.join(timeout=10)
         return Run(self.proc.returncode, "".join(self.out), self.err, self.app_id)
-
-
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def tasks_running(cluster, job, attempt=0, count=None):

@@ -219,6 +219,13 @@ class Coordinator:
             self._maybe_done()
 
     # ---- executor API --------------------------------------------------------------------
+    def _lookup(self, name: str, attempt: int, container_id: str | None) -> tuple[Task | None, dict | None]:
+        """The task an executor call is about, and what to answer instead if the call is stale."""
+        task = self.tasks.get(name)
+        if task is None:
+            return None, {"action": "exit", "reason": f"unknown task {name}"}
+        return task, self._instruction(task, attempt, container_id)
+
     def _instruction(self, task: Task, attempt: int, container_id: str | None) -> dict | None:
         """What a stale or superseded executor should do instead; None if it is current."""
         if task.container is None or (container_id and task.container.id != container_id):
@@ -232,10 +239,7 @@ class Coordinator:
     def register(self, name: str, attempt: int, container_id: str, port: int, tb_port: int | None,
                  control_port: int | None = None) -> dict:
         with self.lock:
-            task = self.tasks.get(name)
-            if task is None:
-                return {"action": "exit", "reason": f"unknown task {name}"}
-            stale = self._instruction(task, attempt, container_id)
+            task, stale = self._lookup(name, attempt, container_id)
             if stale:
                 return stale
             now = self.clock()
@@ -274,10 +278,7 @@ class Coordinator:
         deadline = time.monotonic() + timeout
         with self.cond:
             while True:
-                task = self.tasks.get(name)
-                if task is None:
-                    return {"action": "exit", "reason": f"unknown task {name}"}
-                stale = self._instruction(task, attempt, container_id)
+                task, stale = self._lookup(name, attempt, container_id)
                 if stale:
                     return stale
                 task.last_heartbeat = self.clock()  # a waiting long-poll proves the executor alive
@@ -307,10 +308,7 @@ class Coordinator:
 
     def task_started(self, name: str, attempt: int, container_id: str, pid: int) -> dict:
         with self.lock:
-            task = self.tasks.get(name)
-            if task is None:
-                return {"action": "exit"}
-            stale = self._instruction(task, attempt, container_id)
+            task, stale = self._lookup(name, attempt, container_id)
             if stale:
                 return stale
             task.pid = pid
@@ -324,10 +322,7 @@ class Coordinator:
     def heartbeat(self, name: str, attempt: int, container_id: str, metrics: dict | None,
                   progress_age_s: float | None = None) -> dict:
         with self.lock:
-            task = self.tasks.get(name)
-            if task is None:
-                return {"action": "exit"}
-            stale = self._instruction(task, attempt, container_id)
+            task, stale = self._lookup(name, attempt, container_id)
             if stale:
                 return stale
             task.last_heartbeat = self.clock()
@@ -352,10 +347,7 @@ class Coordinator:
         metrics: dict | None = None,
     ) -> dict:
         with self.lock:
-            task = self.tasks.get(name)
-            if task is None:
-                return {"action": "exit"}
-            stale = self._instruction(task, attempt, container_id)
+            task, stale = self._lookup(name, attempt, container_id)
             if stale:
                 return stale
             task.exit_code = exit_code

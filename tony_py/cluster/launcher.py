@@ -405,12 +405,7 @@ class LocalCluster:
                 except psutil.Error:
                     pass
             _gone, alive = psutil.wait_procs(procs, timeout=grace)
-            for proc in alive:
-                try:
-                    proc.kill()
-                except psutil.Error:
-                    pass
-            psutil.wait_procs(alive, timeout=5)
+            _kill(alive)
             self._kill_container_leftovers()
             state.daemons = []
             self._save_state(state)
@@ -422,17 +417,17 @@ class LocalCluster:
         """Kill processes of containers the NodeManagers started (they run in their own
         sessions under the NM local dirs, inside this workdir) that outlived their NM."""
         root = str(self.workdir) + os.sep
-        victims = []
-        for proc in psutil.process_iter(["cwd"]):
-            cwd = proc.info.get("cwd") or ""
-            if cwd.startswith(root) and proc.pid != os.getpid():
-                victims.append(proc)
-        for proc in victims:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(victims, timeout=5)
+        _kill([p for p in psutil.process_iter(["cwd"])
+               if (p.info.get("cwd") or "").startswith(root) and p.pid != os.getpid()])
+
+
+def _kill(procs: list[psutil.Process]) -> None:
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(procs, timeout=5)
 
 
 def _hdfs_ready(state: ClusterState) -> tuple[bool, str]:

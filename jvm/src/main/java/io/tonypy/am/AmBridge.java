@@ -313,35 +313,34 @@ public final class AmBridge {
     }
   }
 
+  private void emitContainer(String type, ContainerId id, Throwable error) {
+    Map<String, Object> body = new LinkedHashMap<>();
+    body.put("container_id", id.toString());
+    if (error != null) {
+      body.put("message", String.valueOf(error));
+    }
+    emit(type, body);
+  }
+
   private final class NmHandler extends NMClientAsync.AbstractCallbackHandler {
     @Override
     public void onContainerStarted(ContainerId id, Map<String, ByteBuffer> allServiceResponse) {
-      Map<String, Object> body = new LinkedHashMap<>();
-      body.put("container_id", id.toString());
-      emit("started", body);
+      emitContainer("started", id, null);
     }
 
     @Override
     public void onStartContainerError(ContainerId id, Throwable t) {
-      Map<String, Object> body = new LinkedHashMap<>();
-      body.put("container_id", id.toString());
-      body.put("message", String.valueOf(t));
-      emit("start_failed", body);
+      emitContainer("start_failed", id, t);
     }
 
     @Override
     public void onContainerStopped(ContainerId id) {
-      Map<String, Object> body = new LinkedHashMap<>();
-      body.put("container_id", id.toString());
-      emit("stopped", body);
+      emitContainer("stopped", id, null);
     }
 
     @Override
     public void onStopContainerError(ContainerId id, Throwable t) {
-      Map<String, Object> body = new LinkedHashMap<>();
-      body.put("container_id", id.toString());
-      body.put("message", String.valueOf(t));
-      emit("stop_failed", body);
+      emitContainer("stop_failed", id, t);
     }
 
     @Override
