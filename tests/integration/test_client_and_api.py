@@ -33,6 +33,17 @@ def test_api_rejects_requests_without_the_secret_and_ctrl_c_kills_the_app(cluste
         assert status_after["tasks"][0]["state"] == "RUNNING"  # nothing changed
         assert status_after["state"] == status_before["state"] and status_after["failures"] == []
 
+        # positive control: the real secret (localized for the containers) is accepted ...
+        app_id = record["JOB_ID"]
+        secret = next(cluster.workdir.glob(f"data/nm*/local/usercache/*/appcache/{app_id}/filecache/*/tony-secret"))
+        secret = secret.read_text().strip()
+        resp = requests.post(f"{am}/v1/heartbeat", json={"task": "worker:0", "attempt": 0, "container": "x"},
+                             headers={"Authorization": f"Bearer {secret}"}, timeout=5)
+        assert resp.status_code == 200 and resp.json()["action"] == "exit"  # a stale container: told to go
+        # ... and it appears in no log: not in the launch scripts' env, not in any output
+        for log_file in cluster.workdir.glob(f"data/nm*/logs/{app_id}/*/*"):
+            assert secret not in log_file.read_text(errors="replace"), log_file
+
         client.send_signal(signal.SIGINT)
         out, err = client.communicate(timeout=60)
     finally:

@@ -221,7 +221,10 @@ def test_lost_nodemanager_job_finishes_on_the_other_node(cluster, probe_args, tm
 def test_am_killed_attempt_2_finishes_the_job(cluster, probe_args, tmp_path):
     job = Background(cluster, probe_args("tony.worker.instances=2", "tony.worker.memory=512m",
                                          params="--sleep *:20 --progress"))
-    wait_for(lambda: tasks_running(cluster, job), 120, "the tasks to run")
+    # kill it once the snapshot a new attempt reads shows the running tasks (an AM that dies
+    # before that is replaced by one that starts the gang over, also correct but not this test)
+    wait_for(lambda: (tasks_running(cluster, job) or {}).get("snapshot_current"), 120,
+             "the tasks to run and the AM's snapshot to show them")
     app_id = job.app_id
     am = [p for p in psutil.process_iter(["name", "cmdline", "cwd"])
           if p.info["name"] == "java" and "io.tonypy.am.ApplicationMaster" in " ".join(p.info["cmdline"] or [])

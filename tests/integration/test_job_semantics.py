@@ -39,7 +39,8 @@ def test_tensorflow_environment(tony, probe_args, tmp_path, cluster):
         assert r["AM_HOST"] and r["AM_PORT"]
         assert r["PROBE_SHELL_ENV"] == "shell" and r["PROBE_CONTAINER_ENV"] == "container"
         assert r["MALLOC_ARENA_MAX"] is None  # Hadoop's =4 slows TensorFlow ~3x
-        assert r["TONY_APP_SECRET"] is None  # the AM secret never reaches user code
+        assert r["TONY_APP_SECRET"] is None  # the app secret is not in the user's env...
+        assert "tony-secret" not in r["cwd_files"]  # ...nor left in its working dir
         assert "tony_runtime/deps" not in (r["PYTHONPATH"] or "")  # our py4j/psutil never shadow the user's
         assert "/tony_runtime/tony_py/task.py" in r["tony_py_task_file"]  # tony_py.task is importable
         assert r["TONY_RESTART_ATTEMPT"] == "0"

@@ -314,6 +314,7 @@ class Coordinator:
             task.pid = pid
             task.started_at = task.last_progress = self.clock()
             task.state = TaskState.RUNNING
+            self.dirty = True
             self._mark("first_task_started")
             if all(t.state == TaskState.RUNNING or t.state.finished for t in self.tasks.values()):
                 self._mark("all_tasks_started")

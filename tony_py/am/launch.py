@@ -2,7 +2,7 @@
 
 The environment is TonY's contract for every task (JOB_NAME, TASK_INDEX, TASK_NUM, JOB_ID,
 appid, DISTRIBUTED_MODE, IS_CHIEF on the chief, AM_HOST, AM_PORT) plus what the executor needs
-to find the AM. Framework variables (TF_CONFIG, MASTER_ADDR, …) are not here: they depend on
+to find the AM (its secret comes as a localized file: see tony_py/appsecret.py). Framework variables (TF_CONFIG, MASTER_ADDR, …) are not here: they depend on
 the cluster spec, which exists only once the tasks registered, and reach the executor with it.
 The task's command and shell env are not here either: YARN writes env values into a bash
 script unescaped (quotes break it, `$` expands), so the executor reads them from the localized
@@ -50,12 +50,11 @@ class JobMeta:
 
 
 class TaskLauncher:
-    def __init__(self, spec: JobSpec, meta: JobMeta, am_host: str, am_port: int, secret: str):
+    def __init__(self, spec: JobSpec, meta: JobMeta, am_host: str, am_port: int):
         self.spec = spec
         self.meta = meta
         self.am_host = am_host
         self.am_port = am_port
-        self.secret = secret
 
     def env(self, task: Task) -> dict[str, str]:
         spec = self.spec
@@ -70,7 +69,6 @@ class TaskLauncher:
             AM_HOST=self.am_host,
             AM_PORT=str(self.am_port),
             TONY_AM_URL=f"http://{self.am_host}:{self.am_port}",
-            TONY_APP_SECRET=self.secret,
             TONY_TASK=task.name,
             TONY_RUNTIME_DIR=f"{PWD}/{RUNTIME_LINK}",
             PYTHONPATH=f"{PWD}/{RUNTIME_LINK}:{PWD}/{RUNTIME_LINK}/deps",

@@ -19,7 +19,9 @@ import urllib.request
 from pathlib import Path
 
 from py4j.java_gateway import GatewayParameters, JavaGateway
+from py4j.protocol import Py4JError
 
+from tony_py import appsecret
 from tony_py.am.coordinator import FAST_HEARTBEAT_MS, Coordinator
 from tony_py.am.launch import JobMeta, TaskLauncher
 from tony_py.am.server import AmHttpServer
@@ -133,6 +135,7 @@ class StateStore:
     def __init__(self, fs, staging_dir: str):
         self.fs = fs
         self.path = f"{staging_dir}/{STATE_FILE}"
+        self.saving = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -146,10 +149,17 @@ class StateStore:
             return None
 
     def save(self, coordinator: Coordinator) -> None:
+        self.saving = True
         try:
-            self.fs.writeText(self.path, json.dumps(coordinator.snapshot()))
+            self.fs.writeTextAtomic(self.path, json.dumps(coordinator.snapshot()))
         except Exception as exc:  # noqa: BLE001 - fail-over is best effort
             log.warning("cannot write %s: %s", self.path, exc)
+        finally:
+            self.saving = False
+
+    def current(self, coordinator: Coordinator) -> bool:
+        """Whether a later attempt would find the task table as it is now."""
+        return not coordinator.dirty and not self.saving
 
     def start(self, coordinator: Coordinator, interval_s: float = 0.5) -> None:
         def loop():
@@ -171,7 +181,7 @@ class StateStore:
 def run() -> int:
     gateway_port = int(os.environ["TONY_GATEWAY_PORT"])
     gateway_secret = os.environ.pop("TONY_GATEWAY_SECRET")
-    app_secret = os.environ.pop("TONY_APP_SECRET")
+    app_secret = appsecret.take()
     gateway = JavaGateway(
         gateway_parameters=GatewayParameters(
             address="127.0.0.1", port=gateway_port, auth_token=gateway_secret, auto_convert=True
@@ -193,22 +203,23 @@ def run() -> int:
         return holder["launcher"].build(task)
 
     coordinator = Coordinator(spec, port, build_launch)
+    store = StateStore(bridge.fs(), meta.staging_dir)
     log_url = log_url_for(os.environ.get("USER") or meta.user)
 
     def status() -> dict:
         data = coordinator.status(log_url)
-        data.update(app_id=meta.app_id, am_attempt=am_attempt, name=spec.name)
+        data.update(app_id=meta.app_id, am_attempt=am_attempt, name=spec.name,
+                    snapshot_current=store.current(coordinator))
         return data
 
     server = AmHttpServer((bind_ip, 0), coordinator, app_secret, status)
     threading.Thread(target=server.serve_forever, name="am-http", daemon=True).start()
     tracking_url = f"http://{host}:{server.port}/"
-    holder["launcher"] = TaskLauncher(spec, meta, host, server.port, app_secret)
+    holder["launcher"] = TaskLauncher(spec, meta, host, server.port)
     reg = json.loads(bridge.register(host, server.port, tracking_url))
     log.info("registered with the RM; tracking URL %s; max container %s", tracking_url, reg.get("max_capability"))
     coordinator.timeline["am_registered"] = time.time()
 
-    store = StateStore(bridge.fs(), meta.staging_dir)
     snapshot = store.load() if am_attempt > 1 else None
     if snapshot is not None:
         adopted = coordinator.adopt(snapshot, reg.get("previous_containers") or [])
@@ -259,6 +270,9 @@ def main() -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         code = run()
+    except Py4JError as exc:  # the AM's JVM is gone (killed, or crashed): nothing left to do
+        log.error("lost the AM's JVM: %s", str(exc).splitlines()[0])
+        code = 1
     except Exception:
         log.exception("the Python AM failed")
         code = 1

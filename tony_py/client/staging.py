@@ -196,9 +196,10 @@ class Stager:
             raise UsageError(f"{path}: no such file on the cluster file system")
         return Resource(desc["path"], desc["size"], desc["mtime"], type_, "PUBLIC" if desc["public"] else "PRIVATE")
 
-    def write_text(self, name: str, text: str) -> Resource:
+    def write_text(self, name: str, text: str, mode: int = 0o600) -> Resource:
         path = f"{self.staging_dir}/{name}"
         self.gw.call(f"write {name}", self.fs.writeText, path, text)
+        self.gw.call(f"chmod {name}", self.fs.setPermission, path, mode)
         desc = self._describe(path)
         return Resource(desc["path"], desc["size"], desc["mtime"], "FILE", "APPLICATION")
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import getpass
 import json
 import os
-import secrets
 import shlex
 import sys
 import tempfile
@@ -19,7 +18,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tony_py import paths
+from tony_py import appsecret, paths
 from tony_py.am.launch import JobMeta
 from tony_py.bridge import jvm
 from tony_py.bridge.gateway import ClientGateway
@@ -177,11 +176,12 @@ class Submission:
             staging_dir=st.staging_dir,
             user=getpass.getuser(),
             resources={},
-            task_resources=task_links + ["tony-final.xml"],
+            task_resources=task_links + ["tony-final.xml", appsecret.SECRET_FILE],
             task_python=self.job.task_python,
             src_zip=src_zip,
             extra={"hdfs_classpath": hdfs_cp} if hdfs_cp else {},
         )
+        resources[appsecret.SECRET_FILE] = st.write_text(appsecret.SECRET_FILE, appsecret.generate(), mode=0o600)
         final = self.job.conf.resolved()
         final["tony.application.id"] = self.app_id
         final["tony.executor.python"] = self.job.task_python
@@ -203,11 +203,12 @@ class Submission:
         return [(name or local.name, self.stager.upload_private(local, local.name, "ARCHIVE" if archive else "FILE"))]
 
     # ---- the AM ------------------------------------------------------------------------------
-    def _am_request(self, resources: dict[str, Resource], secret: str) -> dict:
+    def _am_request(self, resources: dict[str, Resource]) -> dict:
         spec = self.job.spec
         classpath = ["{{PWD}}", "{{PWD}}/" + JAR_LINK]
         classpath += list(self.gw.call("read the application classpath", self.gw.bridge.applicationClasspath))
-        am_resources = {k: resources[k].to_json() for k in (JAR_LINK, RUNTIME_LINK, "tony-final.xml", "tony-job.json")}
+        am_resources = {k: resources[k].to_json()
+                        for k in (JAR_LINK, RUNTIME_LINK, "tony-final.xml", "tony-job.json", appsecret.SECRET_FILE)}
         java_opts = " ".join([AM_HEAP, *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS])
         return {
             "name": spec.name,
@@ -228,7 +229,6 @@ class Submission:
                     "PYTHONPATH": f"{{{{PWD}}}}/{RUNTIME_LINK}:{{{{PWD}}}}/{RUNTIME_LINK}/deps",
                     "PYTHONUNBUFFERED": "1",
                     "TONY_AM_PYTHON": self.job.conf.get("tony.am.python") or "python3",
-                    "TONY_APP_SECRET": secret,
                 },
                 "commands": [f"{{{{JAVA_HOME}}}}/bin/java {java_opts} {AM_CLASS} 1><LOG_DIR>/am.log 2>&1"],
             },
@@ -244,8 +244,7 @@ class Submission:
         try:
             with tempfile.TemporaryDirectory(prefix="tony-submit-") as tmp:
                 resources, _meta = self._stage(Path(tmp))
-            secret = secrets.token_hex(32)
-            request = self._am_request(resources, secret)
+            request = self._am_request(resources)
             self.submitted_at = time.time()
             self.gw.call("submit the application", self.gw.bridge.submit, self.app_id, json.dumps(request))
             self.submitted = True

@@ -26,6 +26,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tony_py import appsecret
 from tony_py.config.layers import TonyConf
 from tony_py.config.spec import TaskId, build_job_spec
 from tony_py.config.xmlconf import read_xml
@@ -36,7 +37,7 @@ from tony_py.executor.process import UserProcess, describe_returncode, tail
 log = logging.getLogger("tony.executor")
 
 # Variables that are the executor's business, not the user process's.
-_PRIVATE_ENV = ("TONY_APP_SECRET", "TONY_SRC_ZIP", "TONY_RUNTIME_DIR", "TONY_RESERVE_TB_PORT")
+_PRIVATE_ENV = ("TONY_SRC_ZIP", "TONY_RUNTIME_DIR", "TONY_RESERVE_TB_PORT")
 FINAL_CONF = "tony-final.xml"
 
 
@@ -67,7 +68,7 @@ class Settings:
         return cls(
             task=str(task),
             am_url=env["TONY_AM_URL"],
-            secret=env.pop("TONY_APP_SECRET"),
+            secret=appsecret.take(),
             container_id=env.get("CONTAINER_ID", ""),
             command=spec.command_for(task.type),
             execution_env=dict(spec.execution_env),
@@ -304,7 +305,6 @@ def main() -> None:
     )
     env = dict(os.environ)
     settings = Settings.load(env, Path(FINAL_CONF))
-    os.environ.pop("TONY_APP_SECRET", None)
     cwd = Path.cwd()
     unpack_src(settings.src_zip, cwd)
     channel = AmChannel(settings.am_url, settings.secret, give_up_after_s=settings.am_lost_timeout_s)

@@ -136,6 +136,22 @@ public final class FsBridge {
     }
   }
 
+  /**
+   * Replaces a file's content atomically: written under a temporary name, then renamed over the
+   * old one. A writer that dies half-way (an AM attempt killed mid-write) leaves the previous
+   * version readable, not an empty file with an open lease.
+   */
+  public void writeTextAtomic(String path, String text) throws IOException {
+    Path dst = new Path(path);
+    FileSystem fs = fs(dst);
+    Path tmp = new Path(dst.getParent(), "." + dst.getName() + "." + System.nanoTime() + ".tmp");
+    try (org.apache.hadoop.fs.FSDataOutputStream out = fs.create(tmp, true)) {
+      out.write(text.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+    }
+    org.apache.hadoop.fs.FileContext.getFileContext(fs.getUri(), conf)
+        .rename(tmp, dst, org.apache.hadoop.fs.Options.Rename.OVERWRITE);
+  }
+
   public void writeText(String path, String text) throws IOException {
     Path p = new Path(path);
     try (org.apache.hadoop.fs.FSDataOutputStream out = fs(p).create(p, true)) {
