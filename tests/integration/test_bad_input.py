@@ -31,6 +31,7 @@ CASES = {
     "container bigger than any node": (["--conf", "tony.worker.memory=64g"], "tony.worker.memory"),
     "more gpus than any node": (["--conf", "tony.worker.gpus=3"], "tony.worker.gpus"),
     "am bigger than any node": (["--conf", "tony.am.vcores=64"], "tony.am.vcores"),
+    "missing resource": (["--conf", "tony.worker.resources=/nonexistent/vocab.txt"], "tony.worker.resources"),
 }
 
 

@@ -13,9 +13,14 @@ def only_line(text):
 
 
 def test_tensorflow_environment(tony, probe_args, tmp_path, cluster):
+    (tmp_path / "vocab.txt").write_text("a b c")
+    (tmp_path / "shards").mkdir()
+    (tmp_path / "shards" / "part-0").write_text("x")
     run = tony(*probe_args("tony.chief.instances=1", "tony.worker.instances=2", "tony.ps.instances=1",
                            "tony.evaluator.instances=1", "tony.worker.memory=512m", "tony.ps.memory=512m",
                            "tony.chief.memory=512m", "tony.evaluator.memory=512m",
+                           f"tony.containers.resources={tmp_path / 'vocab.txt'}",
+                           f"tony.worker.resources={tmp_path / 'shards'}::data",
                            params="--forever ps:0"),
                "--shell_env", "PROBE_SHELL_ENV=shell", "--container_env", "PROBE_CONTAINER_ENV=container")
     assert run.rc == 0, run.output[-3000:]
@@ -47,6 +52,8 @@ def test_tensorflow_environment(tony, probe_args, tmp_path, cluster):
         host, port = cluster_spec[job][int(index)].rsplit(":", 1)
         assert host == r["NM_HOST"] and port.isdigit()
         assert "probe.py" in r["cwd_files"]  # src_dir unpacked into the working dir
+        assert "vocab.txt" in r["cwd_files"]  # tony.containers.resources: every task
+        assert ("data" in r["cwd_files"]) == (job == "worker")  # tony.worker.resources: workers only
     assert "ps:0" in run.stdout and "STOPPED" in run.stdout
 
 

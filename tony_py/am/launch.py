@@ -90,5 +90,6 @@ class TaskLauncher:
         return f"{python} -m tony_py.executor 1>>{LOG_DIR}/{EXECUTOR_LOG} 2>&1"
 
     def build(self, task: Task) -> dict:
-        resources = {name: self.meta.resources[name] for name in self.meta.task_resources}
+        names = self.meta.task_resources + (self.meta.extra.get("type_resources") or {}).get(task.id.type, [])
+        resources = {name: self.meta.resources[name] for name in names}
         return {"resources": resources, "env": self.env(task), "commands": [self.command()]}

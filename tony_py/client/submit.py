@@ -94,6 +94,11 @@ def prepare(args: SubmitArgs) -> PreparedJob:
         for entry in args.hdfs_classpath.split(","):
             if entry.strip() and "://" not in entry and not entry.strip().startswith("/"):
                 raise UsageError(f"--hdfs_classpath {entry}: expected an absolute or hdfs:// directory")
+    for key in ["tony.containers.resources"] + [f"tony.{t.name}.resources" for t in spec.types]:
+        for entry in (conf.get(key) or "").split(","):
+            path = _parse_resource_entry(entry.strip())[0]
+            if path and "://" not in path and not Path(path).exists():
+                raise UsageError(f"{key}: {path} does not exist")
     task_python = python or conf.get("tony.executor.python") or "python3"
     return PreparedJob(args, conf, spec, task_python)
 
@@ -155,12 +160,19 @@ class Submission:
             src_zip = SRC_LINK
             task_links.append(SRC_LINK)
 
-        for key in ["tony.containers.resources"]:
+        for entry in (self.job.conf.get("tony.containers.resources") or "").split(","):
+            if entry.strip():
+                for link, res in self._user_resource(entry.strip(), tmp, "tony.containers.resources"):
+                    resources[link] = res
+                    task_links.append(link)
+        type_links: dict[str, list[str]] = {}
+        for task_type in self.job.spec.types:
+            key = f"tony.{task_type.name}.resources"
             for entry in (self.job.conf.get(key) or "").split(","):
                 if entry.strip():
-                    for link, res in self._user_resource(entry.strip(), tmp):
+                    for link, res in self._user_resource(entry.strip(), tmp, key):
                         resources[link] = res
-                        task_links.append(link)
+                        type_links.setdefault(task_type.name, []).append(link)
 
         hdfs_cp = []
         for directory in (args.hdfs_classpath or "").split(","):
@@ -179,24 +191,27 @@ class Submission:
             task_resources=task_links + ["tony-final.xml", appsecret.SECRET_FILE],
             task_python=self.job.task_python,
             src_zip=src_zip,
-            extra={"hdfs_classpath": hdfs_cp} if hdfs_cp else {},
+            extra={"hdfs_classpath": hdfs_cp, "type_resources": type_links},
         )
         resources[appsecret.SECRET_FILE] = st.write_text(appsecret.SECRET_FILE, appsecret.generate(), mode=0o600)
         final = self.job.conf.resolved()
         final["tony.application.id"] = self.app_id
         final["tony.executor.python"] = self.job.task_python
         resources["tony-final.xml"] = st.write_text("tony-final.xml", to_xml(final))
-        meta.resources = {k: v.to_json() for k, v in resources.items() if k in meta.task_resources}
+        shipped = set(meta.task_resources).union(*type_links.values())
+        meta.resources = {k: v.to_json() for k, v in resources.items() if k in shipped}
         resources["tony-job.json"] = st.write_text("tony-job.json", json.dumps(meta.to_json(), indent=1))
         return resources, meta
 
-    def _user_resource(self, entry: str, tmp: Path):
+    def _user_resource(self, entry: str, tmp: Path, key: str):
+        """TonY's resource entries: remote paths are localized as they are, local files are
+        uploaded, local directories are zipped and localized as archives."""
         path, name, archive = _parse_resource_entry(entry)
         if "://" in path:
             return [(name or path.rstrip("/").rsplit("/", 1)[-1], self.stager.remote(path, "ARCHIVE" if archive else "FILE"))]
         local = Path(path)
         if not local.exists():
-            raise UsageError(f"tony.containers.resources: {path} does not exist")
+            raise UsageError(f"{key}: {path} does not exist")
         if local.is_dir():
             zipped = zip_src_dir(local, tmp / f"res-{local.name}.zip")
             return [(name or local.name, self.stager.upload_private(zipped, f"{local.name}.zip", "ARCHIVE"))]
