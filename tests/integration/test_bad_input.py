@@ -32,6 +32,12 @@ CASES = {
     "more gpus than any node": (["--conf", "tony.worker.gpus=3"], "tony.worker.gpus"),
     "am bigger than any node": (["--conf", "tony.am.vcores=64"], "tony.am.vcores"),
     "missing resource": (["--conf", "tony.worker.resources=/nonexistent/vocab.txt"], "tony.worker.resources"),
+    "clashing resource names": (["--conf", "tony.containers.resources={malformed}::data,{bomb}::data"],
+                                "is used twice"),
+    "reserved resource name": (["--conf", "tony.containers.resources={malformed}::venv"], "is reserved"),
+    "unknown queue": (["--conf", "tony.yarn.queue=no-such-queue"], "tony.yarn.queue"),
+    "missing remote src_dir": (["--src_dir", "hdfs:///no/such/src.zip"], "--src_dir"),
+    "empty executes": (["--executes", " "], "--executes"),
 }
 
 

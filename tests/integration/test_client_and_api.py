@@ -1,6 +1,7 @@
 """The executor API only answers the application's secret; Ctrl-C in the client kills the
 YARN application; an unchanged venv is neither uploaded nor localized again."""
 
+import os
 import signal
 import subprocess
 import venv
@@ -14,8 +15,9 @@ from support import PYTHON, ROOT, USER, app_id_in, probe_records, wait_for
 
 def test_api_rejects_requests_without_the_secret_and_ctrl_c_kills_the_app(cluster, probe_args, tmp_path):
     args = probe_args("tony.worker.instances=1", "tony.worker.memory=512m", params="--forever worker:0")
+    # its own session, so the Ctrl-C below reaches its whole process group, as from a terminal
     client = subprocess.Popen([PYTHON, "-m", "tony_py.submit", *args], cwd=ROOT, env=cluster.env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         record = wait_for(lambda: probe_records(tmp_path).get("worker:0"), 120, "the task to start")
         am = f"http://{record['AM_HOST']}:{record['AM_PORT']}"
@@ -44,7 +46,7 @@ def test_api_rejects_requests_without_the_secret_and_ctrl_c_kills_the_app(cluste
         for log_file in cluster.workdir.glob(f"data/nm*/logs/{app_id}/*/*"):
             assert secret not in log_file.read_text(errors="replace"), log_file
 
-        client.send_signal(signal.SIGINT)
+        os.killpg(client.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
         out, err = client.communicate(timeout=60)
     finally:
         if client.poll() is None:

@@ -171,6 +171,14 @@ def test_execution_timeout_kills_the_process_group(tony, probe_args, cluster, tm
     assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
 
 
+def test_background_processes_do_not_outlive_their_task(tony, probe_args, cluster, tmp_path):
+    # the task exits 0 but leaves a `sleep 600` running in its process group
+    run = tony(*probe_args("tony.worker.instances=1", "tony.worker.memory=512m", params="--spawn worker:0"))
+    assert run.rc == 0, run.output[-3000:]
+    grandchild = probe_records(tmp_path)["worker:0"]["grandchild_pid"]
+    assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+
+
 def test_workers_still_running_after_the_chief_are_stopped(tony, probe_args, cluster):
     run = tony(*probe_args("tony.worker.instances=2", "tony.evaluator.instances=1", "tony.worker.memory=512m",
                            "tony.evaluator.memory=512m", "tony.application.after-chief-timeout-ms=3000",

@@ -158,3 +158,21 @@ def test_gpus_on_cluster_without_gpu_type(tmp_path):
     cluster = {"resource_types": ["memory-mb", "vcores"], "nodes": CLUSTER["nodes"]}
     with pytest.raises(ConfigError, match="does not schedule yarn.io/gpu"):
         check_fits(spec_from(tmp_path, ["tony.worker.instances=1", "tony.worker.gpus=1"]), cluster)
+
+
+@pytest.mark.parametrize("override,key", [
+    ("tony.worker.memory=" + "9" * 400, "tony.worker.memory"),
+    ("tony.worker.instances=1000000000", "tony.worker.instances"),
+])
+def test_absurd_values_are_refused_not_crashing(tmp_path, override, key):
+    with pytest.raises(ConfigError) as err:
+        spec_from(tmp_path, ["tony.worker.instances=1", override])
+    assert err.value.key == key
+
+
+def test_exploding_variable_expansion_is_refused(tmp_path):
+    overrides = ["tony.worker.instances=1", "tony.a0=xxxxxxxxxxxxxxxx"]
+    overrides += [f"tony.a{i}=${{tony.a{i - 1}}}${{tony.a{i - 1}}}" for i in range(1, 20)]
+    overrides += ["tony.application.name=${tony.a19}"]
+    with pytest.raises(UsageError, match="grows past"):
+        spec_from(tmp_path, overrides)

@@ -49,13 +49,14 @@ class Clock:
 
 
 class Harness:
-    def __init__(self, tmp_path, *overrides):
+    def __init__(self, tmp_path, *overrides, start=True):
         conf = load_conf(None, ["tony.containers.command=python t.py", *overrides], env={}, cwd=tmp_path)
         self.spec = build_job_spec(conf)
         self.port = FakePort()
         self.clock = Clock()
         self.c = Coordinator(self.spec, self.port, lambda task: {"task": task.name}, clock=self.clock)
-        self.c.start()
+        if start:
+            self.c.start()
         self.n = 0
         self.containers = {}
 
@@ -352,8 +353,7 @@ def test_new_am_attempt_readopts_running_tasks(tmp_path):
     snap = json.loads(json.dumps(h.c.snapshot()))  # through JSON, as on HDFS
     live = [{"id": cid} for cid in h.containers.values()]
 
-    fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.ps.instances=1")
-    fresh.port.requests.clear()
+    fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.ps.instances=1", start=False)
     adopted = fresh.c.adopt(snap, live)
     fresh.c.start()
     assert sorted(t.name for t in adopted) == ["ps:0", "worker:0", "worker:1"]
@@ -373,11 +373,11 @@ def test_new_am_attempt_restarts_when_a_task_died_meanwhile(tmp_path):
     for name in h.containers:
         h.c.tasks[name].control_url = f"http://{name}"
     snap = json.loads(json.dumps(h.c.snapshot()))
-    fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
-    fresh.port.requests.clear()
+    fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1", start=False)
     adopted = fresh.c.adopt(snap, [{"id": h.containers["worker:0"]}])  # worker:1's container is gone
     assert [t.name for t in adopted] == ["worker:0"]
     assert fresh.c.attempt == 1 and fresh.c.restarts_used == 1
+    fresh.c.start()  # as the AM does after adopting: nothing is asked twice
     assert fresh.port.requests == [("worker", 1)]
     assert "lost while no AM was running" in " ".join(fresh.c.messages)
 
@@ -402,3 +402,65 @@ def test_waiting_for_the_spec_counts_as_alive(tmp_path):
     h.clock.now += 30
     h.c.tick()
     assert h.c.tasks["worker:0"].state == TaskState.REGISTERED
+
+
+# ---- regressions found in review ------------------------------------------------------------------
+def test_kept_tasks_get_a_fresh_registration_clock_after_a_restart(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=3",
+                "tony.container.registration.timeout=600000", "tony.task.max-missed-heartbeats=100000")
+    h.bring_up()
+    h.clock.now += 3600  # a long job
+    for name in h.containers:
+        h.c.heartbeat(name, 0, h.containers[name], {})
+    h.result("worker:1", code=None, signal="SIGKILL")
+    h.c.tick()
+    assert h.c.restarts_used == 1 and h.c.decision is None
+
+
+def test_gang_task_failing_before_registration_fails_the_job(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2")
+    c0 = h.allocate("worker")
+    c1 = h.allocate("worker")
+    h.c.on_started(c0)
+    h.c.register("worker:0", 0, c0, 2000, None)
+    h.c.on_start_failed(c1, "no such file")  # worker:1 never comes
+    assert h.c.final_status == "FAILED"
+    assert "before every task had registered" in h.c.diagnostics()
+    assert c1 in h.port.released  # never started: given back, not stopped
+
+
+def test_adopt_with_several_lost_tasks_spends_one_restart(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=3", "tony.am.retry-count=1")
+    h.bring_up()
+    for name in h.containers:
+        h.c.tasks[name].control_url = f"http://{name}"
+    snap = json.loads(json.dumps(h.c.snapshot()))
+    fresh = Harness(tmp_path, "tony.worker.instances=3", "tony.am.retry-count=1", start=False)
+    fresh.c.adopt(snap, [{"id": h.containers["worker:0"]}])  # worker:1 and worker:2 died
+    fresh.c.start()
+    assert fresh.c.restarts_used == 1 and fresh.c.decision is None
+    assert fresh.port.requests == [("worker", 2)]
+    assert [t.state for t in fresh.c.tasks.values()] == [TaskState.LAUNCHED, TaskState.PENDING, TaskState.PENDING]
+
+
+def test_no_restart_once_the_chief_succeeded(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=2")
+    h.bring_up()
+    h.result("worker:0")
+    h.complete("worker:1", -102)  # preempted while finishing
+    assert h.c.restarts_used == 0
+    assert h.c.final_status == "SUCCEEDED"  # TonY's rule: a failed non-chief worker is tolerated
+
+
+def test_executor_ahead_of_the_snapshot_resynchronizes(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
+    h.bring_up()
+    for name in h.containers:
+        h.c.tasks[name].control_url = f"http://{name}"
+    snap = json.loads(json.dumps(h.c.snapshot()))  # attempt 0; the old AM then restarted to 1 and died
+    fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1", start=False)
+    fresh.c.adopt(snap, [{"id": c} for c in h.containers.values()])
+    fresh.c.start()
+    answer = fresh.c.register("worker:0", 1, h.containers["worker:0"], 3000, None)
+    assert answer.get("ok") and fresh.c.attempt == 1 and fresh.c.restarts_used == 0
+    assert fresh.c.heartbeat("worker:1", 0, h.containers["worker:1"], {}) == {"action": "restart", "attempt": 1}

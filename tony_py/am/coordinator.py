@@ -57,6 +57,8 @@ LaunchBuilder = Callable[[Task], dict]
 
 # How long FINISHING waits for stopped containers to report before giving up on them.
 FINISH_GRACE_S = 15.0
+# How long re-adopted executors may stay silent while they learn the new AM's address.
+ADOPTION_GRACE_S = 20.0
 # AM heartbeat to the RM: fast while containers are outstanding, relaxed afterwards.
 FAST_HEARTBEAT_MS = 200
 SLOW_HEARTBEAT_MS = 1000
@@ -91,6 +93,7 @@ class Coordinator:
         self.started_at = clock()
         self.finish_deadline: float | None = None
         self.requested_at = self.started_at  # when the outstanding container requests were made
+        self.outstanding: dict[str, int] = {}  # containers asked for and not yet allocated, per type
         self.chief_done_at: float | None = None
         self.node_failures: dict[str, int] = {}
         self.blacklisted: set[str] = set()
@@ -117,22 +120,32 @@ class Coordinator:
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         with self.lock:
+            asked = self._request_missing()
+            self._note(f"requested {asked} containers")
+
+    def _request_missing(self) -> int:
+        """Ask YARN for one container per PENDING task not already covered by an outstanding
+        request (after a restart or an adoption, some may still be on their way)."""
+        asked = 0
+        for task_type in self.spec.types:
+            pending = sum(1 for t in self.tasks.values() if t.id.type == task_type.name and t.state == TaskState.PENDING)
+            missing = pending - self.outstanding.get(task_type.name, 0)
+            if missing > 0:
+                self.port.request(self.request_ids[task_type.name], task_type, missing)
+                self.outstanding[task_type.name] = self.outstanding.get(task_type.name, 0) + missing
+                asked += missing
+        if asked:
+            self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
             self.requested_at = self.clock()
-            pending: dict[str, int] = {}
-            for task in self.tasks.values():
-                if task.state == TaskState.PENDING:
-                    pending[task.id.type] = pending.get(task.id.type, 0) + 1
-            if pending:
-                self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
-            for type_name, count in pending.items():
-                self.port.request(self.request_ids[type_name], self.spec.type(type_name), count)
-            self._note(f"requested {sum(pending.values())} containers")
+        return asked
 
     # ---- RM / NM events ------------------------------------------------------------------
     def on_allocated(self, data: dict) -> None:
         with self.lock:
             container = Container.from_event(data)
             type_name = self._type_for_request(data.get("allocation_request_id"), data.get("priority"))
+            if type_name is not None and self.outstanding.get(type_name, 0) > 0:
+                self.outstanding[type_name] -= 1
             task = None
             if self.decision is None and type_name is not None:
                 task = next(
@@ -197,8 +210,7 @@ class Coordinator:
                 # (typically the same lost node that caused the restart): part of that failure,
                 # not a new one. Replace it without spending another restart.
                 task.reset_for_attempt(task.attempt, keep_container=False)
-                self.port.request(self.request_ids[task.id.type], self.spec.type(task.id.type), 1)
-                self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
+                self._request_missing()
                 self._note(f"{task.name}: its kept container {container.id} ended (exit status {exit_status}) "
                            "before the restart reached it; requested a new one")
                 if exit_status != 0:
@@ -234,6 +246,14 @@ class Coordinator:
             return {"action": "exit", "reason": "the job is finishing" if self.decision else "the task is over"}
         if attempt < task.attempt:
             return {"action": "restart", "attempt": task.attempt}
+        if attempt > task.attempt:
+            # The previous AM attempt ordered a restart it did not live to record. Move the
+            # whole gang past it; this restart is the old one's, so it costs nothing again.
+            self.attempt = attempt - 1
+            self.restarts_used -= 1
+            self._restart(Decision(Action.RESTART, f"caught up with {task.name}, which an earlier AM "
+                                   f"attempt had already restarted to attempt {attempt}"))
+            return {"action": "restart", "attempt": task.attempt} if attempt != task.attempt else None
         return None
 
     def register(self, name: str, attempt: int, container_id: str, port: int, tb_port: int | None,
@@ -261,8 +281,10 @@ class Coordinator:
             return {"ok": True, "attempt": task.attempt}
 
     def _gang_complete(self) -> bool:
+        """Every task registered in this attempt (a sidecar that failed is left out)."""
         return all(
-            t.state in (TaskState.REGISTERED, TaskState.RUNNING) or (t.state.finished and t.registered_at)
+            t.state in (TaskState.REGISTERED, TaskState.RUNNING)
+            or (t.id.type in self.spec.sidecar and t.state == TaskState.FAILED)
             for t in self.tasks.values()
         )
 
@@ -285,6 +307,7 @@ class Coordinator:
                 view = self.cluster_view
                 if view is None and self.spec.distributed_mode == "FCFS" and task.address:
                     view = self._view()
+                    self.state = JobState.RUNNING
                 if view is not None and task.address:
                     self._mark("first_spec_served")
                     return {"cluster": view, "env": self._task_env(task, view)}
@@ -344,7 +367,7 @@ class Coordinator:
         stderr_tail: str = "",
         error: dict | None = None,
         timed_out: bool = False,
-        ended_at: float | None = None,
+        ended_ago_s: float | None = None,
         metrics: dict | None = None,
     ) -> dict:
         with self.lock:
@@ -353,7 +376,8 @@ class Coordinator:
                 return stale
             task.exit_code = exit_code
             task.signal = signal
-            task.finished_at = ended_at or self.clock()
+            # An age, not the node's timestamp: failures are ordered on the AM's clock.
+            task.finished_at = self.clock() - max(0.0, float(ended_ago_s or 0.0))
             if metrics:
                 task.metrics = metrics
             self.dirty = True
@@ -385,7 +409,7 @@ class Coordinator:
 
     # ---- failures, verdicts, restarts ----------------------------------------------------
     def _fail(self, task: Task, kind: FailureKind, message: str, container: Container | None = None,
-              **details) -> None:
+              apply: bool = True, **details) -> None:
         container = container or task.container
         failure = Failure(
             task=task.name,
@@ -404,14 +428,27 @@ class Coordinator:
         self.dirty = True
         self._note(f"{failure.headline()}")
         if task.container is not None and kind in (FailureKind.LOST, FailureKind.TIMEOUT, FailureKind.LAUNCH):
-            # The executor may be hung or cut off: it must not go on running the task.
+            # The executor may be hung or cut off: it must not go on running the task. A
+            # container that never started is given back instead (there is nothing to stop).
             task.released = True
-            self.port.stop(task.container.id)
+            if task.container_started:
+                self.port.stop(task.container.id)
+            else:
+                self.port.release(task.container.id)
         if container is not None and kind != FailureKind.EXIT_CODE:
             self._count_node_failure(container.node_id)
-        if self.decision is not None:
+        if self.decision is not None or not apply:
             return
-        self._apply(policy.after_failure(self.spec, self.tasks, task, self.restarts_used))
+        self._after_failure(task)
+
+    def _after_failure(self, task: Task) -> None:
+        decision = policy.after_failure(self.spec, self.tasks, task, self.restarts_used)
+        if (decision.action == Action.CONTINUE and self.spec.distributed_mode == "GANG"
+                and self.cluster_view is None and task.id.type not in self.spec.sidecar):
+            # The gang can never be complete without it: starting the others would hang them.
+            decision = Decision(Action.FAIL, f"{task.failure.headline()}, before every task had registered; "
+                                "a GANG job cannot start without it", task.failure)
+        self._apply(decision)
 
     def _count_node_failure(self, node_id: str) -> None:
         count = self.node_failures[node_id] = self.node_failures.get(node_id, 0) + 1
@@ -444,7 +481,6 @@ class Coordinator:
         self.cluster_view = None
         self.state = JobState.RESTARTING
         self._note(decision.message)
-        missing: dict[str, int] = {}
         for task in self.tasks.values():
             # Restart in place where the executor is alive and still holds its container.
             keep = (
@@ -457,13 +493,9 @@ class Coordinator:
             if task.container is not None and not keep:
                 self.port.stop(task.container.id)  # a lost/hung executor: make sure it is gone
             task.reset_for_attempt(self.attempt, keep_container=keep)
-            if task.state == TaskState.PENDING:
-                missing[task.id.type] = missing.get(task.id.type, 0) + 1
-        for type_name, count in missing.items():
-            self.port.request(self.request_ids[type_name], self.spec.type(type_name), count)
-        if missing:
-            self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
-        self.requested_at = self.clock()
+            if keep:
+                task.launched_at = self.clock()  # the registration timeout starts over
+        self._request_missing()
         self.chief_done_at = None
         self.state = JobState.ALLOCATING
         self.dirty = True
@@ -479,6 +511,7 @@ class Coordinator:
         self._note(f"job {status}: {decision.message}")
         for task_type in self.spec.types:
             self.port.cancel_requests(self.request_ids[task_type.name])
+        self.outstanding.clear()
         for task in self.tasks.values():
             if task.container is not None and not task.state.finished:
                 task.stopping = True
@@ -671,12 +704,21 @@ class Coordinator:
                        f"{len(lost)} lost while no AM was running")
             verdict = snap.get("verdict")
             if verdict:
+                for task in lost:
+                    task.state = TaskState.STOPPED
                 self._finish(Decision(Action(verdict["action"]), verdict["message"]), status=verdict["status"])
                 return []
             self.state = JobState.RUNNING if self.cluster_view else JobState.ALLOCATING
+            # Executors learn the new address and retry with backoff: give them time before
+            # their silence counts.
+            for task in reach:
+                task.last_heartbeat = now + ADOPTION_GRACE_S
+            # Several tasks lost at once are one event: record them all, decide once.
             for task in lost:
                 self._fail(task, FailureKind.LOST, "its container ended while no AM was running",
-                           container=task.last_container)
+                           container=task.last_container, apply=False)
+            if lost:
+                self._after_failure(lost[0])
             self.dirty = True
             return [t for t in reach if t.container is not None]
 

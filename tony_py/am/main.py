@@ -153,6 +153,7 @@ class StateStore:
         try:
             self.fs.writeTextAtomic(self.path, json.dumps(coordinator.snapshot()))
         except Exception as exc:  # noqa: BLE001 - fail-over is best effort
+            coordinator.dirty = True  # try again on the next round
             log.warning("cannot write %s: %s", self.path, exc)
         finally:
             self.saving = False
@@ -170,11 +171,11 @@ class StateStore:
         self._thread = threading.Thread(target=loop, name="am-state", daemon=True)
         self._thread.start()
 
-    def stop(self, coordinator: Coordinator) -> None:
+    def stop(self, coordinator: Coordinator, timeout_s: float = 10.0) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=10)
-        if coordinator.dirty:
+            self._thread.join(timeout=timeout_s)
+        if coordinator.dirty and not self.saving:
             self.save(coordinator)
 
 
@@ -246,6 +247,10 @@ def run() -> int:
             coordinator.tick()
     except Abandon as exc:
         log.error("ending this AM attempt: %s", exc)
+        try:  # leave the next attempt the latest task table, if there is time
+            store.stop(coordinator, timeout_s=1.0)
+        except Exception:  # noqa: BLE001 - the JVM may already be going away
+            pass
         return 1
     store.stop(coordinator)
 

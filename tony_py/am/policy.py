@@ -17,7 +17,7 @@ import enum
 import signal as signal_mod
 from dataclasses import dataclass
 
-from tony_py.am.tasks import Failure, FailureKind, Task
+from tony_py.am.tasks import Failure, FailureKind, Task, TaskState
 from tony_py.config.spec import JobSpec
 
 # YARN ContainerExitStatus values.
@@ -99,7 +99,10 @@ def after_failure(spec: JobSpec, tasks: dict[str, Task], task: Task, restarts_us
     assert failure is not None
     if task.id.type in spec.sidecar:
         return CONTINUE
-    if is_retryable(spec, failure) and restarts_used < spec.am_retry_count:
+    chief = tasks.get(str(spec.chief()))
+    chief_done = chief is not None and chief.state == TaskState.SUCCEEDED
+    # Once the chief has succeeded the model is done: rerunning the gang would redo it.
+    if is_retryable(spec, failure) and restarts_used < spec.am_retry_count and not chief_done:
         return Decision(
             Action.RESTART,
             f"restarting all tasks (restart {restarts_used + 1} of {spec.am_retry_count}) after "

@@ -47,6 +47,7 @@ class AmHttpServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: AmHttpServer
     protocol_version = "HTTP/1.1"
+    timeout = 60  # socket reads; long-polls wait in the coordinator, not on the socket
 
     def log_message(self, fmt, *args):  # route the stdlib's access log to logging, quietly
         log.debug("%s %s", self.address_string(), fmt % args)
@@ -127,7 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
                     stderr_tail=body.get("stderr_tail") or "",
                     error=body.get("error"),
                     timed_out=bool(body.get("timed_out")),
-                    ended_at=body.get("ended_at"),
+                    ended_ago_s=body.get("ended_ago_s"),
                     metrics=body.get("metrics"),
                 )
             else:

@@ -65,14 +65,18 @@ def hadoop_classpath(conf_dir: Path) -> list[str]:
 
 
 def java_error(exc: Exception) -> str:
+    """The Java exception and its causes, in one line (without failing if the JVM is gone)."""
     if isinstance(exc, Py4JJavaError):
-        text = str(exc.java_exception.toString())
-        cause = exc.java_exception.getCause()
-        while cause is not None:
-            text += f"; caused by {cause.toString()}"
-            cause = cause.getCause()
-        return text
-    return str(exc)
+        try:
+            text = str(exc.java_exception.toString())
+            cause = exc.java_exception.getCause()
+            while cause is not None:
+                text += f"; caused by {cause.toString()}"
+                cause = cause.getCause()
+            return text
+        except Py4JError:
+            pass
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
 
 
 class ClientGateway:
@@ -82,8 +86,9 @@ class ClientGateway:
         self.conf_dir = hadoop_conf_dir()
         classpath = [str(self.conf_dir), *hadoop_classpath(self.conf_dir)]
         jar = paths.locate_jar()
-        self.log_path = Path(tempfile.mkstemp(prefix="tony-client-jvm-", suffix=".log")[1])
-        self._log = open(self.log_path, "w")
+        fd, log_path = tempfile.mkstemp(prefix="tony-client-jvm-", suffix=".log")
+        self.log_path = Path(log_path)
+        self._log = os.fdopen(fd, "w")
         env_opts = [
             CLIENT_HEAP,
             *jvm.FAST_START_OPTS,
@@ -97,6 +102,9 @@ class ClientGateway:
                 javaopts=env_opts,
                 java_path=jvm.java_executable(),
                 die_on_exit=True,
+                # Its own process group: a Ctrl-C in the terminal must reach only the client,
+                # which then needs the JVM to kill the application and clean up.
+                create_new_process_group=True,
                 redirect_stdout=self._log,
                 redirect_stderr=self._log,
                 enable_auth=True,
@@ -109,10 +117,10 @@ class ClientGateway:
         )
         try:
             self.bridge = self.gateway.jvm.io.tonypy.client.ClientBridge()
+            self.fs = self.bridge.fs()
         except (Py4JError, Py4JJavaError) as exc:
             self.close()
             raise SetupError(f"cannot reach the cluster: {java_error(exc)}") from None
-        self.fs = self.bridge.fs()
 
     def call(self, what: str, fn, *args):
         """Run a bridge call, turning a Java exception into a one-line TonyError."""

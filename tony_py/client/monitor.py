@@ -15,9 +15,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK
+from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK, TonyError
 
 FINAL_STATES = ("FINISHED", "FAILED", "KILLED")
+REPORT_GRACE_S = 60.0  # how long YARN may fail to answer before the client gives up
 _STATE_STYLE = {
     "SUCCEEDED": "green",
     "RUNNING": "cyan",
@@ -39,10 +40,20 @@ class Monitor:
         self.http = requests.Session()
         self._seen: dict[str, tuple] = {}
         self._attempt = 0
+        self._report_failing_since: float | None = None
 
     # ---- sources -----------------------------------------------------------------------------
     def _poll(self) -> None:
-        self.report = self.gw.json("read the application report", self.gw.bridge.report, self.app_id)
+        try:
+            self.report = self.gw.json("read the application report", self.gw.bridge.report, self.app_id)
+            self._report_failing_since = None
+        except TonyError:
+            # A ResourceManager fail-over or a network blip must not end a healthy job's client.
+            now = time.monotonic()
+            self._report_failing_since = self._report_failing_since or now
+            if now - self._report_failing_since > REPORT_GRACE_S:
+                raise
+            return
         url = self.report.get("original_tracking_url") or ""
         if self.report.get("state") == "RUNNING" and url.startswith("http"):
             try:
@@ -59,9 +70,9 @@ class Monitor:
             table.add_column(col, overflow="fold")
         for t in (self.status or {}).get("tasks", []):
             exit_text = t.get("signal") or ("" if t.get("exit_code") is None else str(t["exit_code"]))
-            state = t["state"]
+            state = t.get("state", "?")
             table.add_row(
-                t["name"], f"[{_STATE_STYLE.get(state, '')}]{state}[/]", t.get("host") or "",
+                t.get("name", "?"), f"[{_STATE_STYLE.get(state, '')}]{state}[/]", t.get("host") or "",
                 exit_text, t.get("log_url") or "",
             )
         return table
@@ -79,6 +90,8 @@ class Monitor:
 
     def _plain_updates(self) -> None:
         for t in (self.status or {}).get("tasks", []):
+            if "name" not in t or "state" not in t:
+                continue
             key = (t["state"], t.get("attempt"), t.get("container_id"))
             if self._seen.get(t["name"]) == key:
                 continue

@@ -12,6 +12,7 @@ import getpass
 import json
 import os
 import shlex
+import signal
 import sys
 import tempfile
 import time
@@ -28,7 +29,7 @@ from tony_py.client.staging import Resource, Stager, build_runtime_zip, check_lo
 from tony_py.config.layers import TonyConf, load_conf
 from tony_py.config.spec import JobSpec, build_job_spec, check_fits, parse_env_list
 from tony_py.config.xmlconf import to_xml
-from tony_py.errors import TonyError, UsageError
+from tony_py.errors import ConfigError, TonyError, UsageError
 
 AM_HEAP = "-Xmx256m"
 AM_CLASS = "io.tonypy.am.ApplicationMaster"
@@ -86,6 +87,8 @@ def prepare(args: SubmitArgs) -> PreparedJob:
         conf.set("tony.python-exec-path", python, "--python_binary_path")
     spec = build_job_spec(conf)
     check_local_inputs(args.src_dir, args.python_venv)
+    if args.executes is not None and not args.executes.strip():
+        raise UsageError("--executes: empty command")
     if args.executes and python and args.src_dir and Path(args.src_dir).is_dir():
         script = args.executes.split()[0]
         if not (Path(args.src_dir) / script).exists():
@@ -94,13 +97,33 @@ def prepare(args: SubmitArgs) -> PreparedJob:
         for entry in args.hdfs_classpath.split(","):
             if entry.strip() and "://" not in entry and not entry.strip().startswith("/"):
                 raise UsageError(f"--hdfs_classpath {entry}: expected an absolute or hdfs:// directory")
-    for key in ["tony.containers.resources"] + [f"tony.{t.name}.resources" for t in spec.types]:
-        for entry in (conf.get(key) or "").split(","):
-            path = _parse_resource_entry(entry.strip())[0]
-            if path and "://" not in path and not Path(path).exists():
-                raise UsageError(f"{key}: {path} does not exist")
+    _check_resources(conf, spec)
     task_python = python or conf.get("tony.executor.python") or "python3"
     return PreparedJob(args, conf, spec, task_python)
+
+
+RESERVED_LINKS = frozenset({VENV_LINK, RUNTIME_LINK, JAR_LINK, SRC_LINK, "tony-final.xml", "tony-job.json",
+                            appsecret.SECRET_FILE})
+
+
+def _check_resources(conf: TonyConf, spec: JobSpec) -> None:
+    """Local resources exist, and no two resources of a task share a name (or take one of ours)."""
+    common: set[str] = set()
+    for key in ["tony.containers.resources"] + [f"tony.{t.name}.resources" for t in spec.types]:
+        names = set(common)
+        for entry in (conf.get(key) or "").split(","):
+            if not entry.strip():
+                continue
+            path, name, _ = _parse_resource_entry(entry.strip())
+            if "://" not in path and not Path(path).exists():
+                raise UsageError(f"{key}: {path} does not exist")
+            link = name or path.rstrip("/").rsplit("/", 1)[-1]
+            if link in RESERVED_LINKS or link in names:
+                taken = "is reserved by TonY-py" if link in RESERVED_LINKS else "is used twice"
+                raise UsageError(f"{key}: the name {link!r} {taken}; rename it with PATH::NAME")
+            names.add(link)
+        if key == "tony.containers.resources":
+            common = names
 
 
 def _parse_resource_entry(entry: str) -> tuple[str, str | None, bool]:
@@ -249,10 +272,20 @@ class Submission:
             },
         }
 
-    def run(self) -> int:
-        spec = self.job.spec
+    def _check_cluster_inputs(self) -> None:
+        """The checks that need the cluster, still before anything is created on it."""
+        spec, args = self.job.spec, self.job.args
         cluster = self.gw.json("read the cluster's nodes", self.gw.bridge.clusterJson)
         check_fits(spec, cluster)
+        if not self.gw.call("look up the queue", self.gw.bridge.queueExists, spec.queue):
+            raise ConfigError("tony.yarn.queue", f"the scheduler has no queue {spec.queue!r}")
+        for flag, path in (("--src_dir", args.src_dir), ("--python_venv", args.python_venv)):
+            if path and "://" in path and not self.gw.call(f"check {flag}", self.gw.fs.exists, path):
+                raise UsageError(f"{flag} {path}: no such file on the cluster file system")
+
+    def run(self) -> int:
+        spec = self.job.spec
+        self._check_cluster_inputs()
         self.app_id = self.gw.call("create an application", self.gw.bridge.createApplication)
         self.stager = Stager(self.gw, self.app_id)
         keep_staging = False
@@ -261,8 +294,8 @@ class Submission:
                 resources, _meta = self._stage(Path(tmp))
             request = self._am_request(resources)
             self.submitted_at = time.time()
+            self.submitted = True  # from here on an interruption must kill the application
             self.gw.call("submit the application", self.gw.bridge.submit, self.app_id, json.dumps(request))
-            self.submitted = True
             if self.stager.reused:
                 self.say(f"reused from the cache (not uploaded): {', '.join(self.stager.reused)}")
             self.say(f"submitted {self.app_id}: {spec.framework}, "
@@ -293,7 +326,14 @@ class Submission:
             print(f"tony: could not kill {self.app_id}: {exc}", file=sys.stderr)
 
 
+def _interrupt(signum, _frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None, prog: str = "tony submit") -> int:
+    # A closed terminal or a `kill` ends the client like Ctrl-C: the application is killed.
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv, prog=prog)
         job = prepare(args)

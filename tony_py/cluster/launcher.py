@@ -12,6 +12,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -229,9 +230,11 @@ class LocalCluster:
         conf = self.workdir / "conf"
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         data.mkdir(parents=True, exist_ok=True)
-        ports = dict(zip(_PORT_NAMES, _free_ports(len(_PORT_NAMES))))
+        # One call: ports released by an earlier call could be handed out again.
+        free = _free_ports(len(_PORT_NAMES) + len(_NM_PORT_NAMES) * len(NODEMANAGERS))
+        ports = dict(zip(_PORT_NAMES, free))
         nms = []
-        nm_ports = _free_ports(len(_NM_PORT_NAMES) * len(NODEMANAGERS))
+        nm_ports = free[len(_PORT_NAMES):]
         for i, nm in enumerate(NODEMANAGERS, start=1):
             chunk = nm_ports[(i - 1) * len(_NM_PORT_NAMES) : i * len(_NM_PORT_NAMES)]
             nms.append({"index": i, "gpus": nm["gpus"], **dict(zip(_NM_PORT_NAMES, chunk))})
@@ -321,9 +324,12 @@ class LocalCluster:
                 cwd=state.workdir,
                 start_new_session=True,  # outlives `tony cluster up`; immune to its Ctrl-C
             )
-        state.daemons.append(
-            DaemonState(name=name, pid=proc.pid, create_time=psutil.Process(proc.pid).create_time(), log=str(log))
-        )
+        try:
+            created = psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            created = time.time()  # it died at once; _wait_ready reports it
+        state.daemons.append(DaemonState(name=name, pid=proc.pid, create_time=created, log=str(log)))
+        self._save_state(state)  # so a failed or interrupted `up` can still be taken down
 
     def _start_daemons(self, state: ClusterState) -> None:
         self._format_namenode(state)
@@ -414,11 +420,12 @@ class LocalCluster:
         return stopped
 
     def _kill_container_leftovers(self) -> None:
-        """Kill processes of containers the NodeManagers started (they run in their own
-        sessions under the NM local dirs, inside this workdir) that outlived their NM."""
-        root = str(self.workdir) + os.sep
+        """Kill processes of containers the NodeManagers started that outlived their NM: they
+        run in their own sessions, in container working dirs under the NM local dirs."""
+        ours = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
+        containers = re.compile(re.escape(str(self.workdir)) + r"/data/nm\d+/local/usercache/[^/]+/appcache/")
         _kill([p for p in psutil.process_iter(["cwd"])
-               if (p.info.get("cwd") or "").startswith(root) and p.pid != os.getpid()])
+               if containers.match(p.info.get("cwd") or "") and p.pid not in ours])
 
 
 def _kill(procs: list[psutil.Process]) -> None:

@@ -24,6 +24,7 @@ APPEND_KEYS = frozenset({"tony.containers.envs", "tony.execution.envs", "tony.co
 TONY_SITE = "tony-site.xml"
 _VAR = re.compile(r"\$\{([^}$\s]+)\}")
 _MAX_EXPANSION_DEPTH = 20
+_MAX_VALUE_CHARS = 1 << 20
 
 
 class TonyConf:
@@ -65,7 +66,11 @@ class TonyConf:
                 return self._expand(self._values[name], depth + 1)
             return m.group(0)
 
-        return _VAR.sub(repl, value)
+        expanded = _VAR.sub(repl, value)
+        if len(expanded) > _MAX_VALUE_CHARS:
+            raise UsageError(f"a configuration value grows past {_MAX_VALUE_CHARS} characters while "
+                             "expanding ${...} references; check for keys that reference each other")
+        return expanded
 
     def origin(self, key: str) -> str:
         return self._origin.get(key, "defaults")

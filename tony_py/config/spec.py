@@ -29,6 +29,7 @@ _TYPE_NAME = re.compile(r"^[a-z]+$")
 _MEMORY = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]?)b?$", re.IGNORECASE)
 _MEMORY_UNIT_MB = {"": 1, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
 _BOOL = {"true": True, "false": False}
+MAX_INSTANCES = 100_000  # per job type; far beyond any cluster, small enough to plan for
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,7 @@ class JobSpec:
 def parse_memory_mb(value: str, key: str) -> int:
     """`2g`, `2048m`, `2048` (a bare number is MB), `1.5g`; rounded up to whole MB."""
     m = _MEMORY.match(value.strip()) if value is not None else None
-    if not m:
+    if not m or len(m.group(1)) > 15:
         raise ConfigError(key, f"bad memory size {value!r}: use e.g. 2g, 2048m or 2048 (MB)")
     mb = math.ceil(float(m.group(1)) * _MEMORY_UNIT_MB[m.group(2).lower()])
     if mb <= 0:
@@ -153,7 +154,7 @@ def parse_memory_mb(value: str, key: str) -> int:
     return mb
 
 
-def _int(conf: TonyConf, key: str, default: int, minimum: int | None = None) -> int:
+def _int(conf: TonyConf, key: str, default: int, minimum: int | None = None, maximum: int | None = None) -> int:
     raw = conf.get(key)
     if raw is None or raw.strip() == "":
         return default
@@ -163,6 +164,8 @@ def _int(conf: TonyConf, key: str, default: int, minimum: int | None = None) -> 
         raise ConfigError(key, f"must be a whole number, got {raw!r}") from None
     if minimum is not None and value < minimum:
         raise ConfigError(key, f"must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(key, f"must be <= {maximum}, got {value}")
     return value
 
 
@@ -255,7 +258,7 @@ def build_job_spec(conf: TonyConf) -> JobSpec:
     types: list[TaskType] = []
     for name in job_type_names(conf):
         key = f"tony.{name}.instances"
-        instances = _int(conf, key, 0, minimum=0)
+        instances = _int(conf, key, 0, minimum=0, maximum=MAX_INSTANCES)
         max_instances = _int(conf, f"tony.{name}.max-instances", -1)
         if 0 <= max_instances < instances:
             raise ConfigError(key, f"{instances} instances exceed tony.{name}.max-instances={max_instances}")

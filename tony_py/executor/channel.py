@@ -6,6 +6,7 @@ the client shipped, and it talks to one server on the cluster's own network.
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import time
@@ -39,24 +40,27 @@ class AmChannel:
             return resp.status, (json.loads(raw) if raw else None)
 
     def call(self, method: str, path: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, dict | None]:
-        """Retries connection failures until give_up_after_s without any answer from the AM."""
+        """Retries failed connections, server errors and garbled answers until the AM has been
+        silent for give_up_after_s. A 401 or another client error is final."""
         delay = 0.2
         while True:
             try:
                 return self._call(method, path, body, timeout)
             except urllib.error.HTTPError as exc:
-                self.last_contact = time.monotonic()
                 detail = exc.read().decode(errors="replace")[:300]
                 if exc.code == 401:
                     raise AmUnreachable(f"the AM refused our secret (401): {detail}") from None
-                raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {detail}") from None
-            except (urllib.error.URLError, OSError, TimeoutError) as exc:
-                silent = time.monotonic() - self.last_contact
-                if silent > self.give_up_after_s:
-                    raise AmUnreachable(f"no answer from the AM at {self.base_url} for {silent:.0f} s: {exc}") from None
-                log.warning("AM call %s %s failed (%s); retrying", method, path, exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                if exc.code < 500:
+                    raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {detail}") from None
+                error: Exception = exc
+            except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException, ValueError) as exc:
+                error = exc
+            silent = time.monotonic() - self.last_contact
+            if silent > self.give_up_after_s:
+                raise AmUnreachable(f"no answer from the AM at {self.base_url} for {silent:.0f} s: {error}") from None
+            log.warning("AM call %s %s failed (%s); retrying", method, path, error)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     def post(self, path: str, body: dict) -> dict:
         _, answer = self.call("POST", path, body)

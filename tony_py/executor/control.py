@@ -37,6 +37,7 @@ class ControlServer:
 def _handler(server: ControlServer):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = 10  # a slow or silent client cannot hold a thread
 
         def log_message(self, fmt, *args):
             log.debug(fmt, *args)

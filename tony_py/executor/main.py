@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tony_py import appsecret
@@ -45,7 +45,7 @@ FINAL_CONF = "tony-final.xml"
 class Settings:
     task: str
     am_url: str
-    secret: str
+    secret: str = field(repr=False)
     container_id: str
     command: str
     execution_env: dict
@@ -101,11 +101,16 @@ def _check(answer: dict | None) -> dict | None:
 
 def reserve_ports(count: int) -> list[socket.socket]:
     """Bind (without listening) so no one else takes the ports until the child starts."""
-    socks = []
-    for _ in range(count):
-        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        s.bind(("", 0))
-        socks.append(s)
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind(("", 0))
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
     return socks
 
 
@@ -187,6 +192,14 @@ class Executor:
         return {"task": self.s.task, "attempt": attempt, "container": self.s.container_id, **extra}
 
     def run(self) -> int:
+        try:
+            return self._run()
+        finally:
+            # Whatever ends the executor (an instruction, a lost AM, a bug), nothing it started
+            # may outlive it.
+            self._stop_child()
+
+    def _run(self) -> int:
         attempt = 0
         while True:
             try:
@@ -228,14 +241,15 @@ class Executor:
         code, timed_out = self._supervise(attempt)
         ended_at = time.time()
         exit_code, sig = describe_returncode(code)
-        self.child.close()
+        # Background processes the command left behind go with it (as at the end of a container).
+        self.child.kill_group(grace_s=2.0)
         log.info("user process ended: %s", f"signal {sig}" if sig else f"exit code {exit_code}")
         result = self._body(
             attempt,
             exit_code=exit_code,
             signal=sig,
             timed_out=timed_out,
-            ended_at=ended_at,
+            ended_ago_s=time.time() - ended_at,
             stderr_tail=tail(err),
             error=read_error_file(env["TONY_ERROR_FILE"]),
             metrics=self._metrics(),
@@ -285,7 +299,7 @@ class Executor:
         return metrics
 
     def _stop_child(self) -> None:
-        if self.child is not None and self.child.returncode is None:
+        if self.child is not None and self.child.alive():
             log.info("killing the process group of pid %d", self.child.pid)
             self.child.kill_group()
 
@@ -294,7 +308,7 @@ class Executor:
         # group, which the NodeManager does not signal: stop it here, fast (SIGKILL follows
         # within ~250 ms).
         self.terminated.set()
-        if self.child is not None and self.child.returncode is None:
+        if self.child is not None and self.child.alive():
             self.child.kill_group(grace_s=0.2)
         raise SystemExit(143)
 

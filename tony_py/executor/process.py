@@ -20,15 +20,21 @@ except ImportError:  # pragma: no cover - exercised on nodes without psutil
     psutil = None
 
 _PR_SET_PDEATHSIG = 1
+try:  # resolved here, in the parent: loading a library between fork and exec is not safe
+    _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):  # pragma: no cover - not glibc Linux
+    _prctl = None
 
 
-def _child_setup() -> None:  # runs in the child between fork and exec
-    os.setpgid(0, 0)
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
+def _child_setup(parent: int):
+    def setup() -> None:  # runs in the child between fork and exec
+        os.setpgid(0, 0)
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the executor died before PDEATHSIG was armed
+            os._exit(1)
+
+    return setup
 
 
 class UserProcess:
@@ -37,16 +43,20 @@ class UserProcess:
         self.stderr_path = stderr
         self._out = open(stdout, "ab")
         self._err = open(stderr, "ab")
-        self.popen = subprocess.Popen(
-            ["bash", "-c", command],
-            env=env,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=self._out,
-            stderr=self._err,
-            preexec_fn=_child_setup,
-            close_fds=True,
-        )
+        try:
+            self.popen = subprocess.Popen(
+                ["bash", "-c", command],
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=self._out,
+                stderr=self._err,
+                preexec_fn=_child_setup(os.getpid()),
+                close_fds=True,
+            )
+        except BaseException:
+            self.close()
+            raise
         self.pid = self.popen.pid
 
     def poll(self, timeout: float) -> int | None:
@@ -58,6 +68,10 @@ class UserProcess:
     @property
     def returncode(self) -> int | None:
         return self.popen.returncode
+
+    def alive(self) -> bool:
+        """The command or anything left in its process group is still running."""
+        return self.popen.poll() is None or _group_alive(self.pid)
 
     def _descendants(self) -> list:
         if psutil is None:
@@ -136,7 +150,9 @@ def tail(path: Path, max_lines: int = 20, max_bytes: int = 8192) -> str:
 
 
 def describe_returncode(code: int) -> tuple[int | None, str | None]:
-    """(exit_code, signal name): Popen reports death by signal N as -N; bash as 128+N."""
+    """(exit_code, signal name): Popen reports death by signal N as -N. When bash had to fork
+    (a compound command) it reports a child killed by N as exit code 128+N, which is kept as
+    the exact exit code it is."""
     if code < 0:
         try:
             return None, signal.Signals(-code).name

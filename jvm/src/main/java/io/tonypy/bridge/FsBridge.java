@@ -60,13 +60,14 @@ public final class FsBridge {
     // Write to a temporary name and rename, so a concurrent reader (another submit that
     // shares the content-addressed cache) never sees a half-written file.
     Path tmp = new Path(dst.getParent(), "." + dst.getName() + "." + System.nanoTime() + ".tmp");
-    fs.copyFromLocalFile(false, true, new Path(localPath), tmp);
-    fs.setPermission(tmp, new FsPermission((short) mode));
-    if (!fs.rename(tmp, dst)) {
-      fs.delete(tmp, false);
-      if (!fs.exists(dst)) {
+    try {
+      fs.copyFromLocalFile(false, true, new Path(localPath), tmp);
+      fs.setPermission(tmp, new FsPermission((short) mode));
+      if (!fs.rename(tmp, dst) && !fs.exists(dst)) {
         throw new IOException("could not rename " + tmp + " to " + dst);
       }
+    } finally {
+      fs.delete(tmp, false); // a no-op after a successful rename; no half upload stays behind
     }
     return describe(remotePath);
   }
@@ -145,11 +146,15 @@ public final class FsBridge {
     Path dst = new Path(path);
     FileSystem fs = fs(dst);
     Path tmp = new Path(dst.getParent(), "." + dst.getName() + "." + System.nanoTime() + ".tmp");
-    try (org.apache.hadoop.fs.FSDataOutputStream out = fs.create(tmp, true)) {
-      out.write(text.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+    try {
+      try (org.apache.hadoop.fs.FSDataOutputStream out = fs.create(tmp, true)) {
+        out.write(text.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+      }
+      org.apache.hadoop.fs.FileContext.getFileContext(fs.getUri(), conf)
+          .rename(tmp, dst, org.apache.hadoop.fs.Options.Rename.OVERWRITE);
+    } finally {
+      fs.delete(tmp, false);
     }
-    org.apache.hadoop.fs.FileContext.getFileContext(fs.getUri(), conf)
-        .rename(tmp, dst, org.apache.hadoop.fs.Options.Rename.OVERWRITE);
   }
 
   public void writeText(String path, String text) throws IOException {

@@ -111,6 +111,11 @@ public final class ClientBridge {
     return m;
   }
 
+  /** Whether the scheduler knows the queue (checked before anything is created). */
+  public boolean queueExists(String queue) throws IOException, YarnException {
+    return yarn.getQueueInfo(queue) != null;
+  }
+
   /** Reserves an application id. Nothing is visible in YARN until submit(). */
   public String createApplication() throws IOException, YarnException {
     YarnClientApplication app = yarn.createApplication();
