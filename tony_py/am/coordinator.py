@@ -88,7 +88,6 @@ class Coordinator:
         self.failures: list[Failure] = []
         self.decision: Decision | None = None
         self.final_status: str | None = None
-        self.killed_reason: str | None = None
         self.cluster_view: dict[str, list[str]] | None = None
         self.started_at = clock()
         self.finish_deadline: float | None = None
@@ -268,7 +267,6 @@ class Coordinator:
             task.tb_port = tb_port
             task.control_url = f"http://{task.container.host}:{control_port}" if control_port else None
             self.dirty = True
-            task.registered_at = now
             task.last_heartbeat = now
             task.state = TaskState.REGISTERED
             self._mark("first_executor_registered")

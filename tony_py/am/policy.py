@@ -14,23 +14,20 @@ while tony.am.retry-count allows (synchronous training cannot go on with a membe
 from __future__ import annotations
 
 import enum
-import signal as signal_mod
 from dataclasses import dataclass
 
 from tony_py.am.tasks import Failure, FailureKind, Task, TaskState
 from tony_py.config.spec import JobSpec
 
-# YARN ContainerExitStatus values.
+# YARN ContainerExitStatus values that decide how a failure is read (the others, e.g. -105
+# killed by the AM, are read from their context).
 EXIT_ABORTED = -100
 EXIT_DISKS_FAILED = -101
 EXIT_PREEMPTED = -102
 EXIT_KILLED_EXCEEDED_VMEM = -103
 EXIT_KILLED_EXCEEDED_PMEM = -104
-EXIT_KILLED_BY_APPMASTER = -105
 EXIT_KILLED_BY_RESOURCEMANAGER = -106
-EXIT_KILLED_AFTER_APP_COMPLETION = -107
 EXIT_KILLED_BY_CONTAINER_SCHEDULER = -108
-EXIT_KILLED_FOR_EXCESS_LOGS = -109
 
 INFRASTRUCTURE_EXITS = {
     EXIT_ABORTED: "the container was aborted (released, or its node was lost)",
@@ -60,13 +57,6 @@ class Decision:
 
 
 CONTINUE = Decision(Action.CONTINUE)
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return signal_mod.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
 
 
 def describe_exit(exit_code: int | None, signal: str | None) -> str:

@@ -120,7 +120,6 @@ class Task:
     failure: Failure | None = None
     launched_at: float | None = None  # container assigned and its start requested
     control_url: str | None = None  # the executor's control endpoint (AM fail-over)
-    registered_at: float | None = None
     started_at: float | None = None
     finished_at: float | None = None
     last_heartbeat: float | None = None
@@ -140,7 +139,6 @@ class Task:
         self.exit_code = None
         self.signal = None
         self.failure = None
-        self.registered_at = None
         self.started_at = None
         self.finished_at = None
         self.last_progress = None

@@ -254,6 +254,7 @@ class Submission:
             "type": spec.app_type,
             "tags": list(spec.tags) + ["tony-py"],
             "node_label": spec.node_label,
+            "security": spec.security_enabled,
             "max_attempts": spec.am_max_attempts,
             # A new AM attempt re-adopts the running tasks instead of starting over.
             "keep_containers": True,

@@ -50,6 +50,7 @@ class Settings:
     command: str
     execution_env: dict
     heartbeat_s: float
+    metrics_interval_s: float
     execution_timeout_s: float
     registry_timeout_s: float
     reserve_tb_port: bool
@@ -73,6 +74,7 @@ class Settings:
             command=spec.command_for(task.type),
             execution_env=dict(spec.execution_env),
             heartbeat_s=spec.heartbeat_interval_ms / 1000,
+            metrics_interval_s=spec.metrics_interval_ms / 1000,
             execution_timeout_s=spec.execution_timeout_ms / 1000,
             registry_timeout_s=float(spec.registry_timeout_s),
             reserve_tb_port=env.get("TONY_RESERVE_TB_PORT") == "1",
@@ -273,7 +275,8 @@ class Executor:
     def _supervise(self, attempt: int) -> tuple[int, bool]:
         """Wait for the child, heartbeating; returns (returncode, timed_out)."""
         started = time.monotonic()
-        next_beat = 0.0
+        next_beat = next_metrics = 0.0
+        metrics: dict = {}
         while True:
             code = self.child.poll(timeout=0.1)
             if code is not None:
@@ -285,10 +288,13 @@ class Executor:
                 log.error("execution timeout (%.0f s): killing the process group", self.s.execution_timeout_s)
                 self.child.kill_group()
                 return self.child.returncode if self.child.returncode is not None else -9, True
+            if now >= next_metrics:  # process-tree RSS: cheap, but not every second (tony.task.metrics-interval-ms)
+                next_metrics = now + self.s.metrics_interval_s
+                metrics = self._metrics()
             if now >= next_beat:
                 next_beat = now + self.s.heartbeat_s
                 _check(self.channel.post("/v1/heartbeat", self._body(
-                    attempt, metrics=self._metrics(), progress_age_s=progress_age(self.progress_file))))
+                    attempt, metrics=metrics, progress_age_s=progress_age(self.progress_file))))
 
     def _metrics(self) -> dict:
         metrics = {"executor_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}

@@ -39,8 +39,6 @@ def _child_setup(parent: int):
 
 class UserProcess:
     def __init__(self, command: str, env: dict[str, str], cwd: str, stdout: Path, stderr: Path):
-        self.stdout_path = stdout
-        self.stderr_path = stderr
         self._out = open(stdout, "ab")
         self._err = open(stderr, "ab")
         try:

@@ -162,8 +162,9 @@ public final class ClientBridge {
       res.setResourceValue(ResourceInformation.GPU_URI, gpus);
     }
     ctx.setResource(res);
+    boolean security = !spec.has("security") || spec.get("security").getAsBoolean();
     ContainerLaunchContext clc =
-        LaunchSpecs.toLaunchContext(spec.get("launch").toString(), securityTokens());
+        LaunchSpecs.toLaunchContext(spec.get("launch").toString(), security ? securityTokens() : null);
     ctx.setAMContainerSpec(clc);
     yarn.submitApplication(ctx);
   }
