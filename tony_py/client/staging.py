@@ -107,9 +107,12 @@ def zip_src_dir(src_dir: Path, target: Path) -> Path:
     return target
 
 
-def sha256_file(path: Path) -> str:
+def sha256_file(path: Path, remember: bool = True) -> str:
     """Content hash, remembered by (path, size, mtime) so an unchanged multi-GB venv zip is
-    hashed once, not on every submit."""
+    hashed once, not on every submit. Files built fresh for each submit (the runtime zip) pass
+    remember=False: their temp paths would only pile up in the memo."""
+    if not remember:
+        return _sha256(path)
     st = path.stat()
     key = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
     memo_path = paths.cache_dir() / "hashes.json"
@@ -119,17 +122,21 @@ def sha256_file(path: Path) -> str:
         memo = {}
     if key in memo:
         return memo[key]
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()
+    digest = _sha256(path)
     memo = {k: v for k, v in memo.items() if not k.startswith(f"{path.resolve()}:")}
     memo[key] = digest
     tmp = memo_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(memo))
     tmp.replace(memo_path)
     return digest
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def check_local_inputs(src_dir: str | None, python_venv: str | None) -> None:

@@ -159,7 +159,7 @@ class Submission:
         task_links: list[str] = []
 
         runtime = build_runtime_zip(tmp / "runtime.zip")
-        resources[RUNTIME_LINK] = st.upload_cached(runtime, f"tony-runtime-{sha256_file(runtime)[:20]}.zip", "ARCHIVE")
+        resources[RUNTIME_LINK] = st.upload_cached(runtime, f"tony-runtime-{sha256_file(runtime, remember=False)[:20]}.zip", "ARCHIVE")
         task_links.append(RUNTIME_LINK)
         jar = paths.locate_jar()
         resources[JAR_LINK] = st.upload_cached(jar, f"tony-py-{sha256_file(jar)[:20]}.jar", "FILE")
