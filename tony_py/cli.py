@@ -19,13 +19,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "submit":
-        from tony_py.client.submit import main as submit_main
+        from tony_py.bridge.interrupts import guard
 
+        guard.install()  # before the client's imports: see tony_py/bridge/interrupts.py
+        try:
+            from tony_py.client.submit import main as submit_main
+        except KeyboardInterrupt:
+            return 130
         return submit_main(rest)
     if command == "cluster":
+        from tony_py.client.crash import report_unexpected
         from tony_py.cluster.cli import main as cluster_main
 
-        return cluster_main(rest)
+        try:
+            return cluster_main(rest)
+        except Exception as exc:  # noqa: BLE001 - one line and a file, never a raw traceback
+            return report_unexpected("tony cluster", exc)
     print(f"tony: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")
     return 2
 

@@ -2,7 +2,12 @@
 
 import sys
 
-from tony_py.client.submit import main
-
 if __name__ == "__main__":
+    from tony_py.bridge.interrupts import guard
+
+    guard.install()  # first: a Ctrl-C while the client is still importing must not print a traceback
+    try:
+        from tony_py.client.submit import main
+    except KeyboardInterrupt:
+        sys.exit(130)
     sys.exit(main(prog="python -m tony_py.submit"))

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from support import JOBS, PYTHON, ROOT, Cluster, Run, app_id_in, finish, wait_clean
+from support import JOBS, PYTHON, ROOT, Cluster, Run, app_id_in, clean_up, finish, wait_clean
 from tony_py.cluster import LocalCluster
 from tony_py.cluster.jars import ensure_hadoop_jars
 
@@ -121,9 +121,11 @@ def probe_args(tmp_path):
 # ---- nothing left behind ---------------------------------------------------------------------------
 @pytest.fixture(autouse=True)
 def nothing_left_behind(request, cluster):
-    """After every integration test: no running application, no staging dir, no stray process."""
+    """After every integration test: no running application, no staging dir, no stray process.
+    What one test leaves is reported as its failure and then removed, so the next test is
+    judged on its own (one leak must not turn into an error for every later test)."""
     yield
-    if request.node.get_closest_marker("leaves_cluster_busy"):
-        return
     left = wait_clean(cluster)
+    if any(left.values()):
+        clean_up(cluster, left)
     assert not any(left.values()), f"left behind: {left}"

@@ -81,6 +81,17 @@ class Cluster:
     def staging_dirs(self) -> list[str]:
         return [n for n in self.hdfs_list(f"/user/{USER}/.tony") if n.startswith("application_")]
 
+    def hdfs_mkdir(self, path: str) -> None:
+        requests.put(f"{self.nn_web}/webhdfs/v1{path}", params={"op": "MKDIRS", "user.name": USER}, timeout=10)
+
+    def hdfs_delete(self, path: str) -> None:
+        requests.delete(f"{self.nn_web}/webhdfs/v1{path}", params={"op": "DELETE", "recursive": "true",
+                                                                   "user.name": USER}, timeout=10)
+
+    def kill_app(self, app_id: str) -> None:
+        requests.put(f"{self.rm_web}/ws/v1/cluster/apps/{app_id}/state", json={"state": "KILLED"},
+                     params={"user.name": USER}, timeout=10)
+
     # ---- logs ---------------------------------------------------------------------------------
     def container_dirs(self, app_id: str) -> list[Path]:
         if self.workdir is None:
@@ -188,3 +199,16 @@ def wait_clean(cluster: Cluster, timeout: float = 30.0) -> dict:
         time.sleep(0.5)
 
 
+def clean_up(cluster: Cluster, left: dict) -> None:
+    """Remove what a test left behind (after it was reported): kill its applications, delete
+    its staging dirs, kill its processes, and wait for the cluster to be idle again."""
+    for app_id in left["apps"]:
+        cluster.kill_app(app_id)
+    for proc in stray_processes(cluster):
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    wait_for(lambda: not cluster.apps("NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING"), 60, "leftover apps to end")
+    for name in cluster.staging_dirs():
+        cluster.hdfs_delete(f"/user/{USER}/.tony/{name}")

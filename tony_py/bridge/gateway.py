@@ -19,6 +19,7 @@ from py4j.protocol import Py4JError, Py4JJavaError
 
 from tony_py import paths
 from tony_py.bridge import jvm
+from tony_py.bridge.interrupts import guard
 from tony_py.config.xmlconf import read_xml
 from tony_py.errors import SetupError, TonyError
 
@@ -115,25 +116,33 @@ class ClientGateway:
         self.gateway = JavaGateway(
             gateway_parameters=GatewayParameters(port=port, auth_token=token, auto_convert=True)
         )
-        try:
-            self.bridge = self.gateway.jvm.io.tonypy.client.ClientBridge()
-            self.fs = self.bridge.fs()
-        except (Py4JError, Py4JJavaError) as exc:
-            self.close()
-            raise SetupError(f"cannot reach the cluster: {java_error(exc)}") from None
+        with guard.shielded():
+            try:
+                self.bridge = self.gateway.jvm.io.tonypy.client.ClientBridge()
+                self.fs = self.bridge.fs()
+            except (Py4JError, Py4JJavaError) as exc:
+                message = java_error(exc)
+                self.close()
+                raise SetupError(f"cannot reach the cluster: {message}") from None
 
     def call(self, what: str, fn, *args):
-        """Run a bridge call, turning a Java exception into a one-line TonyError."""
-        try:
-            return fn(*args)
-        except (Py4JError, Py4JJavaError) as exc:
-            raise BridgeError(f"{what}: {java_error(exc)}") from None
+        """Run a bridge call, turning a Java exception into a one-line TonyError. A Ctrl-C
+        meanwhile is raised once the call has returned (tony_py/bridge/interrupts.py)."""
+        with guard.shielded():
+            try:
+                return fn(*args)
+            except (Py4JError, Py4JJavaError) as exc:
+                raise BridgeError(f"{what}: {java_error(exc)}") from None
 
     def json(self, what: str, fn, *args):
         raw = self.call(what, fn, *args)
         return None if raw is None else json.loads(raw)
 
     def close(self) -> None:
+        with guard.cleanup():
+            self._close()
+
+    def _close(self) -> None:
         try:
             if hasattr(self, "bridge"):
                 self.bridge.close()

@@ -1,0 +1,77 @@
+"""Ctrl-C and kill signals that never land inside a JVM bridge call.
+
+A SIGINT that arrives while Py4J is reading the JVM's answer interrupts the socket read: Py4J
+0.10.9.x then tries to tidy a connection it does not own (`AttributeError: shutdown_socket`)
+and the client dies with a traceback instead of killing its application. So the client turns
+SIGINT, SIGTERM and SIGHUP into a request:
+
+- outside a bridge call, the request is a KeyboardInterrupt at once (a sleep, an HTTP poll);
+- inside one, it is remembered and raised as soon as the call returns (`shielded()`);
+- once the client is cleaning up (killing the application, deleting staged files), further
+  signals are remembered and never raised: the cleanup must finish, and every step of it is
+  bounded by a timeout.
+
+Only the CLI installs the handlers (`install()`); a library user keeps their own, and
+`shielded()` is then a no-op.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class InterruptGuard:
+    def __init__(self) -> None:
+        self.installed = False
+        self.pending: int | None = None  # the first signal not raised yet
+        self.received: list[int] = []
+        self.cleaning_up = False
+        self._depth = 0  # nesting of shielded() in the main thread
+
+    def install(self) -> None:
+        for sig in SIGNALS:
+            signal.signal(sig, self._handle)
+        self.installed = True
+
+    def _handle(self, signum, _frame) -> None:
+        self.received.append(signum)
+        if self.pending is None:
+            self.pending = signum
+        if self._depth == 0 and not self.cleaning_up:
+            self._raise()
+
+    def _raise(self) -> None:
+        signum, self.pending = self.pending, None
+        if signum is not None:
+            raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+    @contextmanager
+    def shielded(self):
+        """Run a bridge call to completion; a signal received meanwhile is raised after it."""
+        if not self.installed or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+        if self._depth == 0 and not self.cleaning_up:
+            self._raise()
+
+    @contextmanager
+    def cleanup(self):
+        """Nothing interrupts what runs inside (killing the application, removing files)."""
+        previous = self.cleaning_up
+        self.cleaning_up = True
+        try:
+            yield
+        finally:
+            self.cleaning_up = previous
+
+
+guard = InterruptGuard()
