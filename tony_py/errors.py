@@ -21,11 +21,18 @@ class UsageError(TonyError):
 
 
 class ConfigError(UsageError):
-    """A config key has a value that is not allowed; the message names the key."""
+    """A config key has a value that is not allowed; the message names the key and, once
+    known, the file (or flag) that set it."""
 
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
+    def __init__(self, key: str, message: str, origin: str | None = None):
+        where = f" (set in {origin})" if origin and origin != "defaults" else ""
+        super().__init__(f"{key}{where}: {message}")
         self.key = key
+        self.message = message
+        self.origin = origin
+
+    def with_origin(self, origin: str) -> "ConfigError":
+        return ConfigError(self.key, self.message, origin)
 
 
 class SetupError(TonyError):

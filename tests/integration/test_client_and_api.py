@@ -1,19 +1,26 @@
-"""The executor API only answers the application's secret; Ctrl-C in the client kills the
-YARN application; an unchanged venv is neither uploaded nor localized again."""
+"""The executor API obeys only requests signed with the application's secret; Ctrl-C in the
+client, at any point, kills the YARN application and leaves nothing behind; an unchanged venv
+is neither uploaded nor localized again."""
 
+import http.client
+import json
 import os
 import signal
 import subprocess
+import time
 import venv
 import zipfile
 from pathlib import Path
+from urllib.parse import urlparse
 
+import pytest
 import requests
 
-from support import PYTHON, ROOT, USER, app_id_in, probe_records, wait_for
+from support import PYTHON, ROOT, USER, app_id_in, clean_up, probe_records, wait_clean, wait_for
+from tony_py.auth import Signer, call_json
 
 
-def test_api_rejects_requests_without_the_secret_and_ctrl_c_kills_the_app(cluster, probe_args, tmp_path):
+def test_api_obeys_only_signed_fresh_requests_and_ctrl_c_kills_the_app(cluster, probe_args, tmp_path):
     args = probe_args("tony.worker.instances=1", "tony.worker.memory=512m", params="--forever worker:0")
     # its own session, so the Ctrl-C below reaches its whole process group, as from a terminal
     client = subprocess.Popen([PYTHON, "-m", "tony_py.submit", *args], cwd=ROOT, env=cluster.env(),
@@ -21,28 +28,42 @@ def test_api_rejects_requests_without_the_secret_and_ctrl_c_kills_the_app(cluste
     try:
         record = wait_for(lambda: probe_records(tmp_path).get("worker:0"), 120, "the task to start")
         am = f"http://{record['AM_HOST']}:{record['AM_PORT']}"
-        status_before = requests.get(f"{am}/status.json", timeout=5).json()
+        app_id = record["JOB_ID"]
+        secret = next(cluster.workdir.glob(f"data/nm*/local/usercache/*/appcache/{app_id}/filecache/*/tony-secret"))
+        secret = secret.read_text().strip()
+        signer = Signer(secret, "test-client")
+        status_before = call_json(signer, am, "GET", "/status.json", None, 5)[1]
         assert [t["state"] for t in status_before["tasks"]] == ["RUNNING"]
 
         body = {"task": "worker:0", "attempt": 0, "container": "x", "port": 1, "exit_code": 0}
-        for headers in ({}, {"Authorization": "Bearer not-the-secret"}, {"Authorization": "Basic abc"}):
+        stranger = Signer("f" * 64, "test-client")  # signs with the wrong secret
+        for headers in ({}, {"Authorization": f"Bearer {secret}"}, stranger.sign("POST", "/v1/result", b"{}")[0]):
             for path in ("/v1/register", "/v1/result", "/v1/heartbeat", "/v1/started"):
                 resp = requests.post(f"{am}{path}", json=body, headers=headers, timeout=5)
                 assert resp.status_code == 401, (path, headers, resp.text)
             resp = requests.get(f"{am}/v1/spec?task=worker:0&attempt=0&timeout=1", headers=headers, timeout=5)
             assert resp.status_code == 401
-        status_after = requests.get(f"{am}/status.json", timeout=5).json()
+        # a correctly signed request is refused the second time: it cannot be replayed
+        raw = json.dumps({"task": "worker:0", "attempt": 0, "container": "x"}).encode()
+        headers, nonce = signer.sign("POST", "/v1/heartbeat", raw)
+        first = requests.post(f"{am}/v1/heartbeat", data=raw, headers=headers, timeout=5)
+        assert first.status_code == 200 and first.json()["action"] == "exit"  # a stale container: told to go
+        signer.check_answer(nonce, 200, first.content, first.headers["X-Tony-Signature"])  # signed for us
+        assert requests.post(f"{am}/v1/heartbeat", data=raw, headers=headers, timeout=5).status_code == 401
+        # numbers that are not numbers are refused, not waited on for ever
+        status, answer = call_json(signer, am, "GET", "/v1/spec?task=worker:0&attempt=0&container=x&timeout=nan",
+                                   None, 5)
+        assert status == 400 and "finite" in answer["error"]
+
+        status_after = call_json(signer, am, "GET", "/status.json", None, 5)[1]
         assert status_after["tasks"][0]["state"] == "RUNNING"  # nothing changed
         assert status_after["state"] == status_before["state"] and status_after["failures"] == []
-
-        # positive control: the real secret (localized for the containers) is accepted ...
-        app_id = record["JOB_ID"]
-        secret = next(cluster.workdir.glob(f"data/nm*/local/usercache/*/appcache/{app_id}/filecache/*/tony-secret"))
-        secret = secret.read_text().strip()
-        resp = requests.post(f"{am}/v1/heartbeat", json={"task": "worker:0", "attempt": 0, "container": "x"},
-                             headers={"Authorization": f"Bearer {secret}"}, timeout=5)
-        assert resp.status_code == 200 and resp.json()["action"] == "exit"  # a stale container: told to go
-        # ... and it appears in no log: not in the launch scripts' env, not in any output
+        # anyone else (here: not from the web proxy's address) sees states only
+        anonymous = anonymous_get(am, "/status.json")
+        assert anonymous["tasks"] == [{"name": "worker:0", "type": "worker", "index": 0, "state": "RUNNING",
+                                       "tracked": True, "attempt": 0}]
+        assert "diagnostics" not in anonymous and "host" not in json.dumps(anonymous["tasks"])
+        # the secret appears in no log: not in the launch scripts' env, not in any output
         for log_file in cluster.workdir.glob(f"data/nm*/logs/{app_id}/*/*"):
             assert secret not in log_file.read_text(errors="replace"), log_file
 
@@ -55,6 +76,56 @@ def test_api_rejects_requests_without_the_secret_and_ctrl_c_kills_the_app(cluste
     app_id = app_id_in(out)
     assert cluster.app(app_id)["state"] == "KILLED"
     assert "killed by the TonY-py client" in cluster.app(app_id)["diagnostics"]
+
+
+def anonymous_get(base: str, path: str) -> dict:
+    """GET from 127.0.0.2: an address that is not YARN's web proxy (which connects from the
+    RM's address, 127.0.0.1 on the local cluster)."""
+    url = urlparse(base)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=5, source_address=("127.0.0.2", 0))
+    try:
+        conn.request("GET", path)
+        return json.loads(conn.getresponse().read())
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_at_any_point_kills_the_app_and_leaves_nothing(sig, cluster, probe_args, tmp_path):
+    """From the client's first second (JVM start, checks, staging, submit) to a running job:
+    exit 130, one line, no traceback, the application KILLED, no staging dir, no process."""
+    args = probe_args("tony.worker.instances=1", "tony.worker.memory=512m", params="--forever worker:0")
+    delays = (0.4, 1.0, 1.6, 2.2, 2.8, 3.6, 5.0, 8.0) if sig == signal.SIGINT else (1.8, 6.0)
+    seen = []
+    for delay in delays:
+        client = subprocess.Popen([PYTHON, "-m", "tony_py.submit", *args], cwd=ROOT, env=cluster.env(),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        time.sleep(delay)
+        os.killpg(client.pid, sig)
+        try:
+            out, err = client.communicate(timeout=60)
+        finally:
+            if client.poll() is None:
+                client.kill()
+        assert client.returncode == 130, (delay, out, err)
+        assert "Traceback" not in err and "Error" not in err, (delay, err)
+        app_id = app_id_in(out)
+        if app_id:
+            assert cluster.app(app_id)["state"] == "KILLED", delay
+        left = wait_clean(cluster, timeout=30)
+        assert not any(left.values()), (delay, left)
+        seen.append(app_id is not None)
+    assert any(seen), "no interruption happened after the application was submitted"
+
+
+def test_leftovers_are_reported_then_removed(cluster):
+    """The fixture that judges every test cleans up after reporting, so one test's leak does not
+    fail the next ones."""
+    cluster.hdfs_mkdir(f"/user/{USER}/.tony/application_1_0001")
+    left = wait_clean(cluster, timeout=1)
+    assert left["staging"] == ["application_1_0001"]
+    clean_up(cluster, left)
+    assert not any(wait_clean(cluster, timeout=5).values())
 
 
 def make_venv_zip(path: Path) -> Path:

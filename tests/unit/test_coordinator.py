@@ -5,6 +5,7 @@ import json
 import pytest
 
 from tony_py.am.coordinator import Coordinator, JobState
+from tony_py.am.failover import AmSnapshot
 from tony_py.am.tasks import TaskState
 from tony_py.config.layers import load_conf
 from tony_py.config.spec import build_job_spec
@@ -65,7 +66,7 @@ class Harness:
         cid = f"container_{self.n}"
         self.c.on_allocated({"id": cid, "node_id": f"node{self.n}:1", "host": f"host{self.n}",
                              "node_http": f"host{self.n}:8042", "resource": {},
-                             "allocation_request_id": self.c.request_ids[type_name], "priority": 0})
+                             "allocation_request_id": self.c.book.ids[type_name], "priority": 0})
         return cid
 
     def bring_up(self):
@@ -350,7 +351,7 @@ def test_new_am_attempt_readopts_running_tasks(tmp_path):
     h.bring_up()
     for name in h.containers:
         h.c.tasks[name].control_url = f"http://{name}"
-    snap = json.loads(json.dumps(h.c.snapshot()))  # through JSON, as on HDFS
+    snap = AmSnapshot.from_dict(json.loads(json.dumps(h.c.snapshot().to_dict())))  # through JSON, as on HDFS
     live = [{"id": cid} for cid in h.containers.values()]
 
     fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.ps.instances=1", start=False)
@@ -372,14 +373,14 @@ def test_new_am_attempt_restarts_when_a_task_died_meanwhile(tmp_path):
     h.bring_up()
     for name in h.containers:
         h.c.tasks[name].control_url = f"http://{name}"
-    snap = json.loads(json.dumps(h.c.snapshot()))
+    snap = AmSnapshot.from_dict(json.loads(json.dumps(h.c.snapshot().to_dict())))
     fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1", start=False)
     adopted = fresh.c.adopt(snap, [{"id": h.containers["worker:0"]}])  # worker:1's container is gone
     assert [t.name for t in adopted] == ["worker:0"]
     assert fresh.c.attempt == 1 and fresh.c.restarts_used == 1
     fresh.c.start()  # as the AM does after adopting: nothing is asked twice
     assert fresh.port.requests == [("worker", 1)]
-    assert "lost while no AM was running" in " ".join(fresh.c.messages)
+    assert "lost while no AM was running" in " ".join(fresh.c.events.lines())
 
 
 def test_a_lost_node_costs_one_restart_not_one_per_task(tmp_path):
@@ -434,7 +435,7 @@ def test_adopt_with_several_lost_tasks_spends_one_restart(tmp_path):
     h.bring_up()
     for name in h.containers:
         h.c.tasks[name].control_url = f"http://{name}"
-    snap = json.loads(json.dumps(h.c.snapshot()))
+    snap = AmSnapshot.from_dict(json.loads(json.dumps(h.c.snapshot().to_dict())))
     fresh = Harness(tmp_path, "tony.worker.instances=3", "tony.am.retry-count=1", start=False)
     fresh.c.adopt(snap, [{"id": h.containers["worker:0"]}])  # worker:1 and worker:2 died
     fresh.c.start()
@@ -457,7 +458,7 @@ def test_executor_ahead_of_the_snapshot_resynchronizes(tmp_path):
     h.bring_up()
     for name in h.containers:
         h.c.tasks[name].control_url = f"http://{name}"
-    snap = json.loads(json.dumps(h.c.snapshot()))  # attempt 0; the old AM then restarted to 1 and died
+    snap = AmSnapshot.from_dict(json.loads(json.dumps(h.c.snapshot().to_dict())))  # attempt 0; the old AM then restarted to 1 and died
     fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1", start=False)
     fresh.c.adopt(snap, [{"id": c} for c in h.containers.values()])
     fresh.c.start()

@@ -15,24 +15,23 @@ import socket
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 from py4j.java_gateway import GatewayParameters, JavaGateway
 from py4j.protocol import Py4JError
 
 from tony_py import appsecret
+from tony_py.auth import AuthError, Signer, Verifier, call_json
+from tony_py.am import report
 from tony_py.am.coordinator import FAST_HEARTBEAT_MS, Coordinator
+from tony_py.am.failover import AmSnapshot
 from tony_py.am.launch import JobMeta, TaskLauncher
 from tony_py.am.server import AmHttpServer
 from tony_py.am.tasks import Task
-from tony_py.config.layers import TonyConf
-from tony_py.config.spec import JobSpec, TaskType, build_job_spec
-from tony_py.config.xmlconf import read_xml
+from tony_py.config.spec import SPEC_FILE, JobSpec, TaskType
 
 log = logging.getLogger("tony.am")
 
-FINAL_CONF = "tony-final.xml"
 JOB_META = "tony-job.json"
 STATE_FILE = "am-state.json"
 POLL_MS = 200
@@ -73,9 +72,7 @@ class BridgePort:
 
 
 def load_spec(path: Path) -> JobSpec:
-    conf = TonyConf()
-    conf.update(read_xml(path), FINAL_CONF)
-    return build_job_spec(conf)
+    return JobSpec.from_dict(json.loads(path.read_text()))
 
 
 def log_url_for(user: str):
@@ -114,17 +111,27 @@ def dispatch(coordinator: Coordinator, event: dict) -> None:
         log.warning("unknown event %s", event)
 
 
-def notify_executors(tasks: list[Task], am_url: str, secret: str) -> None:
+def notify_executors(tasks: list[Task], am_url: str, signer: Signer) -> None:
     """Tell re-adopted executors where the new AM attempt listens (their control endpoint)."""
-    body = json.dumps({"url": am_url}).encode()
     for task in tasks:
-        req = urllib.request.Request(f"{task.control_url}/v1/am", data=body, method="POST")
-        req.add_header("Authorization", f"Bearer {secret}")
-        req.add_header("Content-Type", "application/json")
         try:
-            urllib.request.urlopen(req, timeout=5).read()
-        except OSError as exc:  # its heartbeat timeout will catch it
+            status, _ = call_json(signer, task.control_url, "POST", "/v1/am", {"url": am_url}, timeout=5)
+            if status != 200:
+                raise OSError(f"HTTP {status}")
+        except (OSError, AuthError, ValueError) as exc:  # its heartbeat timeout will catch it
             log.warning("could not reach the executor of %s at %s: %s", task.name, task.control_url, exc)
+
+
+def proxy_addresses(bridge) -> frozenset[str]:
+    """The IP addresses YARN's web proxy connects from (Hadoop's AmIpFilter trusts the same)."""
+    addresses = set()
+    for host_port in bridge.proxyHosts():
+        host = host_port.rsplit(":", 1)[0]
+        try:
+            addresses.update(info[4][0] for info in socket.getaddrinfo(host, None))
+        except OSError as exc:
+            log.warning("cannot resolve the web proxy host %s: %s", host, exc)
+    return frozenset(addresses)
 
 
 class StateStore:
@@ -139,19 +146,19 @@ class StateStore:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def load(self) -> dict | None:
+    def load(self) -> AmSnapshot | None:
         try:
             if not self.fs.exists(self.path):
                 return None
-            return json.loads(self.fs.readText(self.path))
+            return AmSnapshot.from_dict(json.loads(self.fs.readText(self.path)))
         except Exception as exc:  # noqa: BLE001 - a bad snapshot means starting over
-            log.warning("cannot read %s: %s", self.path, exc)
+            log.warning("cannot use %s: %s", self.path, exc)
             return None
 
     def save(self, coordinator: Coordinator) -> None:
         self.saving = True
         try:
-            self.fs.writeTextAtomic(self.path, json.dumps(coordinator.snapshot()))
+            self.fs.writeTextAtomic(self.path, json.dumps(coordinator.snapshot().to_dict()))
         except Exception as exc:  # noqa: BLE001 - fail-over is best effort
             coordinator.dirty = True  # try again on the next round
             log.warning("cannot write %s: %s", self.path, exc)
@@ -190,7 +197,7 @@ def run() -> int:
     )
     bridge = gateway.entry_point
     am_attempt = bridge.attemptNumber()
-    spec = load_spec(Path(FINAL_CONF))
+    spec = load_spec(Path(SPEC_FILE))
     meta = JobMeta.from_json(json.loads(Path(JOB_META).read_text()))
     log.info("AM for %s attempt %d: %s, %d tasks", meta.app_id, am_attempt, spec.framework, len(spec.tasks()))
 
@@ -207,13 +214,16 @@ def run() -> int:
     store = StateStore(bridge.fs(), meta.staging_dir)
     log_url = log_url_for(os.environ.get("USER") or meta.user)
 
-    def status() -> dict:
+    def status(trusted: bool) -> dict:
         data = coordinator.status(log_url)
         data.update(app_id=meta.app_id, am_attempt=am_attempt, name=spec.name,
                     snapshot_current=store.current(coordinator))
-        return data
+        return data if trusted else report.public_view(data)
 
-    server = AmHttpServer((bind_ip, 0), coordinator, app_secret, status)
+    verifier = Verifier(app_secret)
+    coordinator.auth_last_seen = verifier.last_seen
+    server = AmHttpServer((bind_ip, 0), coordinator, verifier, status, trusted_addresses=proxy_addresses(bridge),
+                          max_connections=2 * len(spec.tasks()) + 64)
     threading.Thread(target=server.serve_forever, name="am-http", daemon=True).start()
     tracking_url = f"http://{host}:{server.port}/"
     holder["launcher"] = TaskLauncher(spec, meta, host, server.port)
@@ -223,9 +233,10 @@ def run() -> int:
 
     snapshot = store.load() if am_attempt > 1 else None
     if snapshot is not None:
+        verifier.restore(snapshot.auth_last_seen)
         adopted = coordinator.adopt(snapshot, reg.get("previous_containers") or [])
-        threading.Thread(target=notify_executors, args=(adopted, f"http://{host}:{server.port}", app_secret),
-                         daemon=True).start()
+        threading.Thread(target=notify_executors, daemon=True,
+                         args=(adopted, f"http://{host}:{server.port}", Signer(app_secret, f"am-{am_attempt}"))).start()
     elif am_attempt > 1:
         log.warning("no snapshot from the earlier attempt: starting the job over")
         for container in reg.get("previous_containers") or []:

@@ -127,3 +127,84 @@ def completion(spec: JobSpec, tasks: dict[str, Task]) -> Decision:
         names = ", ".join(t.name for t in failed)
         return Decision(Action.SUCCEED, f"all tracked tasks finished; some worker tasks failed: {names}")
     return Decision(Action.SUCCEED, "all tracked tasks succeeded")
+
+
+# ---- restarts and nodes -------------------------------------------------------------------------
+# Failures after which the container itself is suspect (hung, cut off, gone): never kept.
+_CONTAINER_SUSPECT = (FailureKind.LOST, FailureKind.INFRASTRUCTURE, FailureKind.LAUNCH, FailureKind.TIMEOUT)
+
+
+def keep_on_restart(task: Task) -> bool:
+    """Whether a gang restart reuses the task's container in place (fresh ports, no YARN round
+    trip): only where the executor is alive, holds its container, and did not itself fail in a
+    way that makes the container suspect."""
+    return (
+        task.container is not None
+        and task.container_started
+        and not task.released
+        and not (task.failure and task.failure.kind in _CONTAINER_SUSPECT)
+    )
+
+
+def counts_against_node(failure_kind: FailureKind) -> bool:
+    """A user's own exit code says nothing about the node; everything else might."""
+    return failure_kind != FailureKind.EXIT_CODE
+
+
+def blacklist_node(spec: JobSpec, failures_on_node: int) -> bool:
+    limit = spec.max_failures_per_node
+    return bool(limit) and failures_on_node >= limit
+
+
+# ---- timeouts: each returns why (a message) or None ---------------------------------------------
+def app_timeout(spec: JobSpec, started_at: float, now: float) -> str | None:
+    if spec.timeout_ms > 0 and now - started_at > spec.timeout_ms / 1000:
+        return f"the application timed out after {spec.timeout_ms / 1000:.0f} s (tony.application.timeout)"
+    return None
+
+
+def allocation_timeout(spec: JobSpec, pending: list[Task], requested_at: float, now: float) -> str | None:
+    limit = spec.allocation_timeout_ms
+    if limit < 0 or not pending or now - requested_at <= limit / 1000:
+        return None
+    wanted = []
+    for task_type in spec.types:
+        missing = sum(1 for t in pending if t.id.type == task_type.name)
+        if missing:
+            wanted.append(f"{missing} of {task_type.instances} {task_type.name} ({task_type.resources.describe()} each)")
+    return (f"{spec.distributed_mode} allocation timed out after {limit / 1000:.0f} s "
+            f"(tony.container.allocation.timeout): YARN did not grant {', '.join(wanted)}; the "
+            "cluster (or the queue) has no room for them")
+
+
+def task_timeout(spec: JobSpec, task: Task, now: float) -> tuple[FailureKind, str] | None:
+    """Registration, heartbeat and progress timeouts of one task of the current attempt."""
+    expiry = spec.heartbeat_interval_ms * spec.max_missed_heartbeats / 1000
+    if (task.state in (TaskState.ALLOCATED, TaskState.LAUNCHED) and task.launched_at
+            and spec.registration_timeout_ms >= 0 and now - task.launched_at > spec.registration_timeout_ms / 1000):
+        return (FailureKind.LAUNCH, f"its executor did not register within {spec.registration_timeout_ms / 1000:.0f} s "
+                                    "(tony.container.registration.timeout)")
+    if (task.state in (TaskState.REGISTERED, TaskState.RUNNING) and task.last_heartbeat and not task.polling
+            and now - task.last_heartbeat > expiry):
+        return (FailureKind.LOST, f"its executor sent no heartbeat for {now - task.last_heartbeat:.1f} s "
+                                  f"(tony.task.heartbeat-interval-ms x tony.task.max-missed-heartbeats = {expiry:.1f} s)")
+    if task.state == TaskState.RUNNING and spec.progress_timeout_ms > 0:
+        last = task.last_progress or task.started_at or now
+        if now - last > spec.progress_timeout_ms / 1000:
+            return (FailureKind.TIMEOUT, f"made no progress for {now - last:.1f} s (tony.task.progress-timeout-ms="
+                                         f"{spec.progress_timeout_ms}); the process was killed")
+    return None
+
+
+def after_chief(spec: JobSpec, tasks: dict[str, Task], chief_done_at: float | None,
+                now: float) -> tuple[list[Task], Decision] | None:
+    """Tracked tasks still running long after the chief succeeded: stop them, the job succeeded."""
+    limit = spec.after_chief_timeout_ms
+    if chief_done_at is None or limit < 0 or now - chief_done_at <= limit / 1000:
+        return None
+    lingering = [t for t in tasks.values() if t.tracked and not t.state.finished]
+    if not lingering:
+        return None
+    names = ", ".join(t.name for t in lingering)
+    return lingering, Decision(Action.SUCCEED, f"the chief succeeded; stopped {names}, still running "
+                                               f"{limit / 1000:.0f} s after it (tony.application.after-chief-timeout-ms)")

@@ -18,7 +18,9 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
+from tony_py.config.model import Checked
 from tony_py.config.spec import TaskId
 
 
@@ -49,7 +51,7 @@ class FailureKind(str, enum.Enum):
 
 
 @dataclass
-class Failure:
+class Failure(Checked):
     """One failure of one task in one attempt; the earliest fatal one is the root cause."""
 
     task: str
@@ -62,31 +64,21 @@ class Failure:
     exit_code: int | None = None
     signal: str | None = None
     stderr_tail: str = ""
-    error: dict | None = None  # what the task wrote to its TONY_ERROR_FILE
+    error: dict[str, Any] | None = None  # what the task wrote to its TONY_ERROR_FILE
 
     def headline(self) -> str:
         where = f" on {self.host}" if self.host else ""
         return f"{self.task} (attempt {self.attempt}{where}): {self.message}"
 
-    def to_json(self) -> dict:
-        data = dict(self.__dict__)
-        data["kind"] = self.kind.value
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Failure":
-        data = dict(data)
-        data["kind"] = FailureKind(data["kind"])
-        return cls(**data)
 
 
 @dataclass
-class Container:
+class Container(Checked):
     id: str
     node_id: str
     host: str
     node_http: str
-    resource: dict
+    resource: dict[str, int]
 
     @classmethod
     def from_event(cls, data: dict) -> "Container":
@@ -153,19 +145,3 @@ class Task:
             self.control_url = None
             self.launched_at = None
             self.state = TaskState.PENDING
-
-    def to_json(self) -> dict:
-        """What a later AM attempt needs to re-adopt this task."""
-        return {
-            "state": self.state.value,
-            "attempt": self.attempt,
-            "container": dict(self.container.__dict__) if self.container else None,
-            "last_container": dict(self.last_container.__dict__) if self.last_container else None,
-            "address": self.address,
-            "tb_port": self.tb_port,
-            "control_url": self.control_url,
-            "exit_code": self.exit_code,
-            "signal": self.signal,
-            "failure": self.failure.to_json() if self.failure else None,
-            "released": self.released,
-        }

@@ -69,4 +69,13 @@ def build_parser(prog: str = "tony submit") -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str], prog: str = "tony submit") -> SubmitArgs:
     ns = build_parser(prog).parse_args(argv)
+    for name, value in vars(ns).items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    # Python hands undecodable argv bytes over as lone surrogates, which no file
+                    # or JVM call can carry: refuse them here, naming the flag.
+                    raise UsageError(f"--{name}: {item!r} is not valid UTF-8") from None
     return SubmitArgs(**vars(ns))

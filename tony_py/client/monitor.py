@@ -10,11 +10,11 @@ from __future__ import annotations
 import sys
 import time
 
-import requests
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from tony_py.auth import AuthError, Signer, call_json
 from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK, TonyError
 
 FINAL_STATES = ("FINISHED", "FAILED", "KILLED")
@@ -29,15 +29,16 @@ _STATE_STYLE = {
 
 
 class Monitor:
-    def __init__(self, gw, app_id: str, quiet: bool = False, out=sys.stdout, poll_s: float = 0.5):
+    def __init__(self, gw, app_id: str, signer: Signer | None = None, quiet: bool = False, out=sys.stdout,
+                 poll_s: float = 0.5):
         self.gw = gw
         self.app_id = app_id
+        self.signer = signer  # signs status requests: the AM gives full detail only to signed ones
         self.quiet = quiet
         self.out = out
         self.poll_s = poll_s
         self.report: dict = {}
         self.status: dict | None = None
-        self.http = requests.Session()
         self._seen: dict[str, tuple] = {}
         self._attempt = 0
         self._report_failing_since: float | None = None
@@ -55,12 +56,12 @@ class Monitor:
                 raise
             return
         url = self.report.get("original_tracking_url") or ""
-        if self.report.get("state") == "RUNNING" and url.startswith("http"):
+        if self.report.get("state") == "RUNNING" and url.startswith("http") and self.signer is not None:
             try:
-                resp = self.http.get(url.rstrip("/") + "/status.json", timeout=2)
-                if resp.ok:
-                    self.status = resp.json()
-            except (requests.RequestException, ValueError):
+                code, status = call_json(self.signer, url, "GET", "/status.json", None, timeout=2)
+                if code == 200 and isinstance(status, dict):
+                    self.status = status
+            except (OSError, AuthError, ValueError):
                 pass  # the AM is starting or has just gone; YARN's report still counts
 
     # ---- rendering ---------------------------------------------------------------------------

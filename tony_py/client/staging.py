@@ -8,8 +8,9 @@ Shared by every job, in <home>/.tony/cache/, named by content hash: the venv zip
 runtime (tony_py, plus py4j, defusedxml and psutil under deps/, for the AM and executors) and
 the jar. A file
 whose hash is already there is not uploaded again, and because its path and timestamp do not
-change, NodeManagers reuse their localized copy (PUBLIC when the path is world-readable,
-else PRIVATE: cached per user). TonY re-uploaded the venv on every submit.
+change, NodeManagers reuse their localized copy (PRIVATE: cached per user; PUBLIC, shared by
+every user of a node, only with tony.staging.cache-visibility=PUBLIC). TonY re-uploaded the
+venv on every submit.
 """
 
 from __future__ import annotations
@@ -161,22 +162,27 @@ def _is_remote(path: str) -> bool:
 
 # ---- uploading -----------------------------------------------------------------------------------
 class Stager:
-    """Uploads through the client JVM's Hadoop FileSystem (gateway.fs)."""
+    """Uploads through the client JVM's Hadoop FileSystem (gateway.fs).
 
-    def __init__(self, gateway, app_id: str):
+    The cache is private to the user by default (directory 0700, files 0600, localized with
+    PRIVATE visibility: each NodeManager keeps one copy per user). With
+    tony.staging.cache-visibility=PUBLIC the files are world-readable and localized PUBLIC (one
+    copy per NodeManager for everyone) — only for venvs that hold nothing secret."""
+
+    def __init__(self, gateway, app_id: str, cache_visibility: str = "PRIVATE", warn=None):
         self.gw = gateway
         self.fs = gateway.fs
         self.home = gateway.call("home directory", self.fs.homeDirectory)
         self.app_id = app_id
         self.staging_dir = f"{self.home}/{STAGING_ROOT}/{app_id}"
         self.cache_dir = f"{self.home}/{CACHE_DIR}"
-        self.uploaded: list[str] = []  # names of cache entries this submit had to upload
+        self.public = cache_visibility == "PUBLIC"
+        self.warn = warn or (lambda text: None)
         self.reused: list[str] = []
 
     def create_dirs(self) -> None:
         self.gw.call("create the staging dir", self.fs.mkdirs, self.staging_dir, 0o700)
-        if not self.gw.call("check the cache dir", self.fs.exists, self.cache_dir):
-            self.gw.call("create the cache dir", self.fs.mkdirs, self.cache_dir, 0o755)
+        self.gw.call("create the cache dir", self.fs.mkdirs, self.cache_dir, 0o755 if self.public else 0o700)
 
     def _describe(self, path: str) -> dict | None:
         return self.gw.json(f"stat {path}", self.fs.describe, path)
@@ -189,13 +195,23 @@ class Stager:
     def upload_cached(self, local: Path, name: str, type_: str) -> Resource:
         """A content-addressed file in the shared cache; uploaded only if it is not there yet."""
         remote = f"{self.cache_dir}/{name}"
+        mode = 0o644 if self.public else 0o600
         desc = self._describe(remote)
         if desc is None:
-            desc = self.gw.json(f"upload {local}", self.fs.upload, str(local), remote, 0o644)
-            self.uploaded.append(name)
+            desc = self.gw.json(f"upload {local}", self.fs.upload, str(local), remote, mode)
         else:
             self.reused.append(name)
-        return Resource(desc["path"], desc["size"], desc["mtime"], type_, "PUBLIC" if desc["public"] else "PRIVATE")
+            if desc.get("mode") != mode:  # cached by an earlier version, or under the other setting
+                self.gw.call(f"chmod {name}", self.fs.setPermission, remote, mode)
+                desc = self._describe(remote)
+        visibility = "PRIVATE"
+        if self.public:
+            if desc["public"]:
+                visibility = "PUBLIC"
+            else:
+                self.warn(f"tony.staging.cache-visibility=PUBLIC: {remote} is not readable by everyone "
+                          "(a parent directory is not world-traversable); localized PRIVATE instead")
+        return Resource(desc["path"], desc["size"], desc["mtime"], type_, visibility)
 
     def remote(self, path: str, type_: str) -> Resource:
         desc = self._describe(path)
@@ -204,9 +220,9 @@ class Stager:
         return Resource(desc["path"], desc["size"], desc["mtime"], type_, "PUBLIC" if desc["public"] else "PRIVATE")
 
     def write_text(self, name: str, text: str, mode: int = 0o600) -> Resource:
+        """A per-job file, created with its mode (the app secret is one)."""
         path = f"{self.staging_dir}/{name}"
-        self.gw.call(f"write {name}", self.fs.writeText, path, text)
-        self.gw.call(f"chmod {name}", self.fs.setPermission, path, mode)
+        self.gw.call(f"write {name}", self.fs.writeText, path, text, mode)
         desc = self._describe(path)
         return Resource(desc["path"], desc["size"], desc["mtime"], "FILE", "APPLICATION")
 

@@ -12,23 +12,27 @@ import getpass
 import json
 import os
 import shlex
-import signal
 import sys
 import tempfile
 import time
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from tony_py import appsecret, paths
 from tony_py.am.launch import JobMeta
+from tony_py.auth import Signer
 from tony_py.bridge import jvm
 from tony_py.bridge.gateway import ClientGateway
+from tony_py.bridge.interrupts import guard
+from tony_py.client.crash import report_unexpected
 from tony_py.client.flags import SubmitArgs, parse_args
-from tony_py.client.monitor import Monitor
+from tony_py.client.monitor import FINAL_STATES, Monitor
 from tony_py.client.staging import Resource, Stager, build_runtime_zip, check_local_inputs, sha256_file, zip_src_dir
 from tony_py.config.layers import TonyConf, load_conf
-from tony_py.config.spec import JobSpec, build_job_spec, check_fits, parse_env_list
-from tony_py.config.xmlconf import to_xml
+from tony_py.config.spec import SPEC_FILE, JobSpec, build_job_spec, check_fits, parse_env_list
+from tony_py.config import checks
+from tony_py.config.xmlconf import parse_xml, to_xml
 from tony_py.errors import ConfigError, TonyError, UsageError
 
 AM_HEAP = "-Xmx256m"
@@ -37,6 +41,7 @@ VENV_LINK = "venv"
 RUNTIME_LINK = "tony_runtime"
 JAR_LINK = "tony-py.jar"
 SRC_LINK = "tony_src.zip"
+KILL_WAIT_S = 20.0  # how long a killed application may take to end before its files are removed
 
 
 @dataclass
@@ -97,18 +102,60 @@ def prepare(args: SubmitArgs) -> PreparedJob:
         for entry in args.hdfs_classpath.split(","):
             if entry.strip() and "://" not in entry and not entry.strip().startswith("/"):
                 raise UsageError(f"--hdfs_classpath {entry}: expected an absolute or hdfs:// directory")
-    _check_resources(conf, spec)
+    links = _check_resources(conf, spec)
+    _check_src_dir(args.src_dir, RESERVED_LINKS | links)
     task_python = python or conf.get("tony.executor.python") or "python3"
+    # Both interpreters end up inside YARN's launch script (the AM's in its environment).
+    checks.launch_value("--python_binary_path" if python else "tony.executor.python", task_python,
+                        what="interpreter path")
+    checks.launch_value("tony.am.python", conf.get("tony.am.python") or "python3", what="interpreter path")
+    _check_final_conf(conf)
     return PreparedJob(args, conf, spec, task_python)
 
 
+def _check_final_conf(conf: TonyConf) -> None:
+    """tony-final.xml must give back exactly what was written: a value XML cannot hold would
+    make every AM attempt fail after submission."""
+    final = conf.resolved()
+    for key, value in final.items():
+        try:
+            checks.xml_text(key, key)
+            checks.xml_text(key, value)
+        except ConfigError as exc:
+            raise exc.with_origin(conf.origin(key)) from None
+    back = parse_xml(to_xml(final), "tony-final.xml")
+    for key, value in final.items():
+        if back.get(key.strip()) != value.strip():
+            raise ConfigError(key, f"{value[:80]!r} does not survive the round trip through tony-final.xml",
+                              conf.origin(key))
+
+
+def _check_src_dir(src_dir: str | None, reserved: frozenset[str] | set[str]) -> None:
+    """A top-level entry of src_dir named like a localized resource would be unpacked over it."""
+    if not src_dir or "://" in src_dir:
+        return  # a remote zip is checked by the executor, which never writes through a link
+    path = Path(src_dir)
+    if path.is_dir():
+        top = set(os.listdir(path))
+    else:
+        with zipfile.ZipFile(path) as zf:
+            top = {name.split("/", 1)[0] for name in zf.namelist()}
+    clash = sorted(top & set(reserved))
+    if clash:
+        raise UsageError(f"--src_dir {src_dir}: its top-level entry {clash[0]!r} has the name of a file TonY-py "
+                         "puts into every container (the venv, the runtime, the job's config, a resource); "
+                         "rename it")
+
+
 RESERVED_LINKS = frozenset({VENV_LINK, RUNTIME_LINK, JAR_LINK, SRC_LINK, "tony-final.xml", "tony-job.json",
-                            appsecret.SECRET_FILE})
+                            SPEC_FILE, appsecret.SECRET_FILE})
 
 
-def _check_resources(conf: TonyConf, spec: JobSpec) -> None:
-    """Local resources exist, and no two resources of a task share a name (or take one of ours)."""
+def _check_resources(conf: TonyConf, spec: JobSpec) -> set[str]:
+    """Local resources exist, no two resources of a task share a name (or take one of ours),
+    and every name can pass through YARN's launch script. Returns every link name."""
     common: set[str] = set()
+    every: set[str] = set()
     for key in ["tony.containers.resources"] + [f"tony.{t.name}.resources" for t in spec.types]:
         names = set(common)
         for entry in (conf.get(key) or "").split(","):
@@ -117,13 +164,18 @@ def _check_resources(conf: TonyConf, spec: JobSpec) -> None:
             path, name, _ = _parse_resource_entry(entry.strip())
             if "://" not in path and not Path(path).exists():
                 raise UsageError(f"{key}: {path} does not exist")
-            link = name or path.rstrip("/").rsplit("/", 1)[-1]
+            base = path.rstrip("/").rsplit("/", 1)[-1]
+            link = name or base
+            checks.link_name(key, base)  # the NodeManager's local copy keeps the file's own name
+            checks.link_name(key, link)
             if link in RESERVED_LINKS or link in names:
                 taken = "is reserved by TonY-py" if link in RESERVED_LINKS else "is used twice"
                 raise UsageError(f"{key}: the name {link!r} {taken}; rename it with PATH::NAME")
             names.add(link)
+        every |= names
         if key == "tony.containers.resources":
             common = names
+    return every
 
 
 def _parse_resource_entry(entry: str) -> tuple[str, str | None, bool]:
@@ -145,6 +197,7 @@ class Submission:
         self.monitor: Monitor | None = None
         self.submitted = False
         self.submitted_at: float | None = None
+        self.secret: str | None = None
 
     def say(self, text: str) -> None:
         if not self.job.args.quiet:
@@ -201,7 +254,7 @@ class Submission:
         for directory in (args.hdfs_classpath or "").split(","):
             if directory.strip():
                 for path in self.gw.call("list --hdfs_classpath", self.gw.fs.listFiles, directory.strip()):
-                    link = path.rsplit("/", 1)[-1]
+                    link = checks.link_name("--hdfs_classpath", path.rsplit("/", 1)[-1])
                     resources[link] = st.remote(path, "FILE")
                     task_links.append(link)
                     hdfs_cp.append(link)
@@ -211,16 +264,18 @@ class Submission:
             staging_dir=st.staging_dir,
             user=getpass.getuser(),
             resources={},
-            task_resources=task_links + ["tony-final.xml", appsecret.SECRET_FILE],
+            task_resources=task_links + ["tony-final.xml", SPEC_FILE, appsecret.SECRET_FILE],
             task_python=self.job.task_python,
             src_zip=src_zip,
             extra={"hdfs_classpath": hdfs_cp, "type_resources": type_links},
         )
-        resources[appsecret.SECRET_FILE] = st.write_text(appsecret.SECRET_FILE, appsecret.generate(), mode=0o600)
+        self.secret = appsecret.generate()
+        resources[appsecret.SECRET_FILE] = st.write_text(appsecret.SECRET_FILE, self.secret, mode=0o600)
         final = self.job.conf.resolved()
         final["tony.application.id"] = self.app_id
         final["tony.executor.python"] = self.job.task_python
         resources["tony-final.xml"] = st.write_text("tony-final.xml", to_xml(final))
+        resources[SPEC_FILE] = st.write_text(SPEC_FILE, json.dumps(self.job.spec.to_dict()))
         shipped = set(meta.task_resources).union(*type_links.values())
         meta.resources = {k: v.to_json() for k, v in resources.items() if k in shipped}
         resources["tony-job.json"] = st.write_text("tony-job.json", json.dumps(meta.to_json(), indent=1))
@@ -246,7 +301,8 @@ class Submission:
         classpath = ["{{PWD}}", "{{PWD}}/" + JAR_LINK]
         classpath += list(self.gw.call("read the application classpath", self.gw.bridge.applicationClasspath))
         am_resources = {k: resources[k].to_json()
-                        for k in (JAR_LINK, RUNTIME_LINK, "tony-final.xml", "tony-job.json", appsecret.SECRET_FILE)}
+                        for k in (JAR_LINK, RUNTIME_LINK, "tony-final.xml", SPEC_FILE, "tony-job.json",
+                                  appsecret.SECRET_FILE)}
         java_opts = " ".join([AM_HEAP, *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS])
         return {
             "name": spec.name,
@@ -288,8 +344,8 @@ class Submission:
         spec = self.job.spec
         self._check_cluster_inputs()
         self.app_id = self.gw.call("create an application", self.gw.bridge.createApplication)
-        self.stager = Stager(self.gw, self.app_id)
-        keep_staging = False
+        self.stager = Stager(self.gw, self.app_id, spec.cache_visibility,
+                             warn=lambda text: print(f"tony: warning: {text}", file=sys.stderr))
         try:
             with tempfile.TemporaryDirectory(prefix="tony-submit-") as tmp:
                 resources, _meta = self._stage(Path(tmp))
@@ -302,39 +358,49 @@ class Submission:
             self.say(f"submitted {self.app_id}: {spec.framework}, "
                      + ", ".join(f"{t.instances} x {t.name}" for t in spec.types))
             if self.job.args.detach:
-                keep_staging = True  # the AM deletes it when the job ends
                 print(self.app_id, file=self.out)
-                return 0
-            self.monitor = Monitor(self.gw, self.app_id, quiet=self.job.args.quiet, out=self.out)
-            return self.monitor.follow()
-        except KeyboardInterrupt:
-            if self.submitted:
-                self.say(f"\ninterrupted: killing {self.app_id}")
-                self._kill("killed by the TonY-py client (Ctrl-C)")
+                return 0  # the AM deletes the staging dir when the job ends
+            signer = Signer(self.secret, f"client-{os.getpid()}")
+            self.monitor = Monitor(self.gw, self.app_id, signer, quiet=self.job.args.quiet, out=self.out)
+            code = self.monitor.follow()
+            with guard.cleanup():
+                self.stager.cleanup()
+            return code
+        except KeyboardInterrupt as exc:
+            with guard.cleanup():
+                if self.submitted:
+                    self.say(f"\ninterrupted ({exc or 'Ctrl-C'}): killing {self.app_id}")
+                self._abort("killed by the TonY-py client (Ctrl-C)")
             return 130
         except BaseException:
-            if self.submitted:
-                self._kill("the TonY-py client failed")
+            with guard.cleanup():
+                self._abort("the TonY-py client failed")
             raise
-        finally:
-            if not keep_staging:
-                self.stager.cleanup()
 
-    def _kill(self, reason: str) -> None:
-        try:
-            self.gw.call("kill the application", self.gw.bridge.kill, self.app_id, reason)
-        except TonyError as exc:
-            print(f"tony: could not kill {self.app_id}: {exc}", file=sys.stderr)
+    def _abort(self, reason: str) -> None:
+        """Kill the application (if it was submitted), wait until YARN has ended it (its AM
+        may still write to the staging dir while it dies), then remove the staging dir."""
+        if self.submitted:
+            try:
+                self.gw.call("kill the application", self.gw.bridge.kill, self.app_id, reason)
+                self._wait_final(KILL_WAIT_S)
+            except TonyError as exc:
+                print(f"tony: could not kill {self.app_id}: {exc}", file=sys.stderr)
+        self.stager.cleanup()
 
-
-def _interrupt(signum, _frame):
-    raise KeyboardInterrupt(f"signal {signum}")
+    def _wait_final(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            report = self.gw.json("read the application report", self.gw.bridge.report, self.app_id)
+            if report.get("state") in FINAL_STATES:
+                return
+            time.sleep(0.2)
 
 
 def main(argv: list[str] | None = None, prog: str = "tony submit") -> int:
-    # A closed terminal or a `kill` ends the client like Ctrl-C: the application is killed.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGHUP, _interrupt)
+    # Ctrl-C, a closed terminal or a `kill` end the client the same way: the application is
+    # killed. Never in the middle of a JVM bridge call (tony_py/bridge/interrupts.py).
+    guard.install()
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv, prog=prog)
         job = prepare(args)
@@ -345,6 +411,8 @@ def main(argv: list[str] | None = None, prog: str = "tony submit") -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # noqa: BLE001 - never a raw traceback: one line and a file
+        return report_unexpected(prog, exc)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,15 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from tony_py.config import checks
 from tony_py.config.layers import TonyConf
+from tony_py.config.model import Checked, ModelError
 from tony_py.errors import ConfigError, UsageError
 
 FRAMEWORKS = ("tensorflow", "pytorch", "standalone")
 DISTRIBUTED_MODES = ("GANG", "FCFS")
+CACHE_VISIBILITIES = ("PRIVATE", "PUBLIC")
+SPEC_FILE = "tony-spec.json"  # the JobSpec as the AM and every executor read it
 CHIEF_TYPE = "chief"
 # Second-level names under tony.* that are settings, not job types.
 RESERVED_NAMES = frozenset(
@@ -33,10 +37,14 @@ MAX_INSTANCES = 100_000  # per job type; far beyond any cluster, small enough to
 
 
 @dataclass(frozen=True)
-class Resources:
+class Resources(Checked):
     memory_mb: int
     vcores: int
     gpus: int = 0
+
+    def validate(self) -> None:
+        if self.memory_mb <= 0 or self.vcores < 1 or self.gpus < 0:
+            raise ModelError(f"resources out of range: {self}")
 
     def describe(self) -> str:
         text = f"{self.memory_mb} MB, {self.vcores} vcores"
@@ -44,12 +52,16 @@ class Resources:
 
 
 @dataclass(frozen=True)
-class TaskType:
+class TaskType(Checked):
     name: str
     instances: int
     resources: Resources
     node_label: str | None = None
     command: str | None = None
+
+    def validate(self) -> None:
+        if not _TYPE_NAME.match(self.name) or not 1 <= self.instances <= MAX_INSTANCES:
+            raise ModelError(f"bad job type {self.name!r} with {self.instances} instances")
 
 
 @dataclass(frozen=True)
@@ -71,7 +83,7 @@ class TaskId:
 
 
 @dataclass(frozen=True)
-class JobSpec:
+class JobSpec(Checked):
     name: str
     framework: str
     queue: str
@@ -107,6 +119,22 @@ class JobSpec:
     command: str | None = None
     container_env: dict[str, str] = field(default_factory=dict)
     execution_env: dict[str, str] = field(default_factory=dict)
+    cache_visibility: str = "PRIVATE"
+
+    def validate(self) -> None:
+        """Invariants every JobSpec holds, however it was made (build_job_spec names the
+        offending config key; this guards the file the AM and executors read)."""
+        if self.framework not in FRAMEWORKS or self.distributed_mode not in DISTRIBUTED_MODES:
+            raise ModelError(f"framework {self.framework!r} / mode {self.distributed_mode!r} not allowed")
+        if not self.types or len({t.name for t in self.types}) != len(self.types):
+            raise ModelError("job types must be present and unique")
+        if self.cache_visibility not in CACHE_VISIBILITIES:
+            raise ModelError(f"cache visibility {self.cache_visibility!r} not allowed")
+        for t in self.types:
+            if not (t.command or self.command):
+                raise ModelError(f"job type {t.name} has no command")
+        if self.heartbeat_interval_ms < 100 or self.max_missed_heartbeats < 1 or self.am_max_attempts < 1:
+            raise ModelError("heartbeat settings out of range")
 
     # ---- derived views ---------------------------------------------------------------------
     def type(self, name: str) -> TaskType:
@@ -194,7 +222,8 @@ def _int_set(conf: TonyConf, key: str) -> frozenset[int]:
 
 
 def parse_env_list(raw: str | None, key: str, for_yarn: bool = False) -> dict[str, str]:
-    """`K=V,K2=V2` (TonY's format for tony.containers.envs / tony.execution.envs)."""
+    """`K=V,K2=V2` (TonY's format for tony.containers.envs / tony.execution.envs). Values for
+    the container (for_yarn) pass through YARN's launch script and must be safe there."""
     env: dict[str, str] = {}
     for item in (raw or "").split(","):
         item = item.strip()
@@ -203,10 +232,8 @@ def parse_env_list(raw: str | None, key: str, for_yarn: bool = False) -> dict[st
         name, sep, value = item.partition("=")
         if not sep or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name.strip()):
             raise ConfigError(key, f"bad entry {item!r}: expected NAME=value")
-        if for_yarn and '"' in value:
-            # YARN writes container env values into its launch script between double quotes,
-            # unescaped: a quote in a value breaks the container's start.
-            raise ConfigError(key, f"the value of {name.strip()} contains a double quote, which YARN cannot pass")
+        if for_yarn:
+            checks.launch_value(key, value, what=f"value of {name.strip()}")
         env[name.strip()] = value
     return env
 
@@ -240,6 +267,16 @@ def job_type_names(conf: TonyConf) -> list[str]:
 
 
 def build_job_spec(conf: TonyConf) -> JobSpec:
+    """The validated spec; an error names the key and the file (or flag) that set it."""
+    try:
+        return _build_job_spec(conf)
+    except ConfigError as exc:
+        if exc.origin is None and exc.key in conf:
+            raise exc.with_origin(conf.origin(exc.key)) from None
+        raise
+
+
+def _build_job_spec(conf: TonyConf) -> JobSpec:
     framework = (conf.get("tony.application.framework") or "tensorflow").strip().lower()
     if framework not in FRAMEWORKS:
         raise ConfigError(
@@ -324,9 +361,20 @@ def build_job_spec(conf: TonyConf) -> JobSpec:
         command=default_command,
         container_env=parse_env_list(conf.get("tony.containers.envs"), "tony.containers.envs", for_yarn=True),
         execution_env=parse_env_list(conf.get("tony.execution.envs"), "tony.execution.envs"),
+        cache_visibility=_choice(conf, "tony.staging.cache-visibility", CACHE_VISIBILITIES, "PRIVATE"),
     )
     _check_framework(spec)
+    spec.validate()
     return spec
+
+
+def _choice(conf: TonyConf, key: str, allowed: tuple[str, ...], default: str) -> str:
+    raw = (conf.get(key) or "").strip()
+    if not raw:
+        return default
+    if raw.upper() not in allowed:
+        raise ConfigError(key, f"must be one of {', '.join(allowed)}, got {raw!r}")
+    return raw.upper()
 
 
 def _check_framework(spec: JobSpec) -> None:
@@ -352,35 +400,50 @@ GPU_RESOURCE = "yarn.io/gpu"
 
 
 def check_fits(spec: JobSpec, cluster: dict) -> None:
-    """Reject a container that no running node can hold (TonY waits forever instead).
+    """Reject a container that no running node can hold (TonY waits forever instead), and a
+    node label that no running node carries (YARN would accept the application and never run it).
 
-    `cluster` is {"resource_types": [...], "nodes": [{"id", "capability": {memory-mb, vcores,
-    yarn.io/gpu}}]}, as the client bridge reports it.
+    `cluster` is {"resource_types": [...], "nodes": [{"id", "labels", "capability": {memory-mb,
+    vcores, yarn.io/gpu}}]}, as the client bridge reports it. A request without a label can only
+    use nodes without one (YARN's default partition); a labelled one only nodes with its label.
     """
     nodes = cluster.get("nodes") or []
     if not nodes:
         raise UsageError("the cluster has no RUNNING NodeManager; nothing could run")
-    wants = [("tony.am", spec.am)] + [(f"tony.{t.name}", t.resources) for t in spec.types]
-    if any(res.gpus for _, res in wants) and GPU_RESOURCE not in cluster.get("resource_types", []):
-        key = next(f"{p}.gpus" for p, res in wants if res.gpus)
+    wants = [("tony.am", spec.am, spec.node_label, "tony.application.node-label")] + [
+        (f"tony.{t.name}", t.resources, t.node_label or spec.node_label,
+         f"tony.{t.name}.node-label" if t.node_label else "tony.application.node-label")
+        for t in spec.types
+    ]
+    if any(res.gpus for _, res, _, _ in wants) and GPU_RESOURCE not in cluster.get("resource_types", []):
+        key = next(f"{p}.gpus" for p, res, _, _ in wants if res.gpus)
         raise ConfigError(key, f"GPUs requested, but the cluster does not schedule {GPU_RESOURCE}")
-    for prefix, res in wants:
-        if any(_node_holds(n["capability"], res) for n in nodes):
+    labels = sorted({label for n in nodes for label in (n.get("labels") or [])})
+    for prefix, res, label, label_key in wants:
+        eligible = [n for n in nodes if (label in (n.get("labels") or [])) if label] if label else \
+            [n for n in nodes if not n.get("labels")]
+        if label and not eligible:
+            raise ConfigError(label_key, f"no running node carries the label {label!r} (labels on running nodes: "
+                                         f"{', '.join(labels) if labels else 'none'})")
+        if not eligible:
+            raise UsageError(f"every running node has a node label; set tony.application.node-label to one of "
+                             f"{', '.join(labels)}")
+        if any(_node_holds(n["capability"], res) for n in eligible):
             continue
-        biggest = max(nodes, key=lambda n: (n["capability"].get(GPU_RESOURCE, 0), n["capability"].get("memory-mb", 0)))
-        cap = biggest["capability"]
+        where = f" with label {label!r}" if label else (" without a label" if labels else "")
         for attr, cap_key, unit in (("gpus", GPU_RESOURCE, "GPUs"), ("memory_mb", "memory-mb", "MB"), ("vcores", "vcores", "vcores")):
-            most = max(n["capability"].get(cap_key, 0) for n in nodes)
+            most = max(n["capability"].get(cap_key, 0) for n in eligible)
             if getattr(res, attr) > most:
                 key = {"memory_mb": "memory"}.get(attr, attr)
                 raise ConfigError(
                     f"{prefix}.{key}",
-                    f"asks for {getattr(res, attr)} {unit} per container but the largest node has {most} "
-                    f"({len(nodes)} node(s) running)",
+                    f"asks for {getattr(res, attr)} {unit} per container but the largest node{where} has {most} "
+                    f"({len(eligible)} node(s) running)",
                 )
+        cap = max(eligible, key=lambda n: (n["capability"].get(GPU_RESOURCE, 0), n["capability"].get("memory-mb", 0)))["capability"]
         raise ConfigError(
             f"{prefix}.memory",
-            f"no single node can hold {res.describe()} (largest: {cap.get('memory-mb')} MB, "
+            f"no single node{where} can hold {res.describe()} (largest: {cap.get('memory-mb')} MB, "
             f"{cap.get('vcores')} vcores, {cap.get(GPU_RESOURCE, 0)} GPUs)",
         )
 

@@ -1,64 +1,61 @@
-"""The executor's side of the executor API: JSON over HTTP to the AM, with the app secret.
+"""The executor's side of the executor API: signed JSON over HTTP to the AM.
 
 Standard library only: the executor runs on cluster nodes with nothing but a python3 and what
-the client shipped, and it talks to one server on the cluster's own network.
+the client shipped. Requests are signed with the app secret and answers must be signed for
+them (tony_py/auth.py): the secret itself never crosses the network, and an answer from
+anything but the job's AM is treated like no answer at all.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
 import logging
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
+
+from tony_py.auth import AuthError, Signer, call_json
 
 log = logging.getLogger("tony.executor.channel")
 
 
 class AmUnreachable(Exception):
-    """The AM did not answer for longer than the executor may wait."""
+    """The AM did not answer (with a valid signature) for longer than the executor may wait."""
+
+
+class RequestRefused(Exception):
+    """The AM answered, signed, with a client error (4xx): retrying the same call cannot help."""
+
+    def __init__(self, status: int, detail: str):
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
 
 
 class AmChannel:
-    def __init__(self, base_url: str, secret: str, give_up_after_s: float):
+    def __init__(self, base_url: str, signer: Signer, give_up_after_s: float):
         self.base_url = base_url.rstrip("/")
-        self._auth = f"Bearer {secret}"
+        self.signer = signer
         self.give_up_after_s = give_up_after_s
         self.last_contact = time.monotonic()
 
-    def _call(self, method: str, path: str, body: dict | None, timeout: float) -> tuple[int, dict | None]:
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base_url + path, data=data, method=method)
-        req.add_header("Authorization", self._auth)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            raw = resp.read()
-            self.last_contact = time.monotonic()
-            return resp.status, (json.loads(raw) if raw else None)
-
-    def call(self, method: str, path: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, dict | None]:
-        """Retries failed connections, server errors and garbled answers until the AM has been
-        silent for give_up_after_s. A 401 or another client error is final."""
+    def call(self, method: str, target: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, dict | None]:
+        """Retries failed connections, server errors and unsigned or garbled answers until the AM
+        has been silent for give_up_after_s. A signed client error is final."""
         delay = 0.2
         while True:
             try:
-                return self._call(method, path, body, timeout)
-            except urllib.error.HTTPError as exc:
-                detail = exc.read().decode(errors="replace")[:300]
-                if exc.code == 401:
-                    raise AmUnreachable(f"the AM refused our secret (401): {detail}") from None
-                if exc.code < 500:
-                    raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {detail}") from None
-                error: Exception = exc
-            except (urllib.error.URLError, OSError, TimeoutError, http.client.HTTPException, ValueError) as exc:
+                status, answer = call_json(self.signer, self.base_url, method, target, body, timeout)
+                self.last_contact = time.monotonic()
+                if status < 400:
+                    return status, answer
+                detail = str((answer or {}).get("error", ""))[:300]
+                if status < 500:
+                    raise RequestRefused(status, detail)
+                error: Exception = RuntimeError(f"HTTP {status}: {detail}")
+            except (AuthError, OSError, TimeoutError, ValueError) as exc:
                 error = exc
             silent = time.monotonic() - self.last_contact
             if silent > self.give_up_after_s:
-                raise AmUnreachable(f"no answer from the AM at {self.base_url} for {silent:.0f} s: {error}") from None
-            log.warning("AM call %s %s failed (%s); retrying", method, path, error)
+                raise AmUnreachable(f"no valid answer from the AM at {self.base_url} for {silent:.0f} s: {error}") from None
+            log.warning("AM call %s %s failed (%s); retrying", method, target.split("?")[0], error)
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
 

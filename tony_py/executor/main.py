@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import resource
+import shlex
 import signal
 import socket
+import stat
 import sys
 import threading
 import time
@@ -27,18 +30,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tony_py import appsecret
-from tony_py.config.layers import TonyConf
-from tony_py.config.spec import TaskId, build_job_spec
-from tony_py.config.xmlconf import read_xml
-from tony_py.executor.channel import AmChannel, AmUnreachable
+from tony_py.auth import Signer, Verifier
+from tony_py.config.spec import SPEC_FILE, JobSpec, TaskId
+from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.control import ControlServer
 from tony_py.executor.process import UserProcess, describe_returncode, tail
 
 log = logging.getLogger("tony.executor")
 
+# What the AM accepts from an error file (its request bodies are capped at 1 MiB).
+MAX_ERROR_FILE_BYTES = 256 * 1024
+MAX_ERROR_TEXT = 4000
+MAX_TRACEBACK = 16000
 # Variables that are the executor's business, not the user process's.
 _PRIVATE_ENV = ("TONY_SRC_ZIP", "TONY_RUNTIME_DIR", "TONY_RESERVE_TB_PORT")
-FINAL_CONF = "tony-final.xml"
 
 
 @dataclass
@@ -60,11 +65,10 @@ class Settings:
     am_lost_timeout_s: float
 
     @classmethod
-    def load(cls, env: dict, final_conf: Path) -> "Settings":
-        """From the container env (where and who) and tony-final.xml (what to run)."""
-        conf = TonyConf()
-        conf.update(read_xml(final_conf), FINAL_CONF)
-        spec = build_job_spec(conf)
+    def load(cls, env: dict, spec_file: Path) -> "Settings":
+        """From the container env (where and who) and the job spec file (what to run: YARN
+        passes env values through a shell script unescaped, so commands do not travel there)."""
+        spec = JobSpec.from_dict(json.loads(spec_file.read_text()))
         task = TaskId.parse(env["TONY_TASK"])
         return cls(
             task=str(task),
@@ -116,16 +120,34 @@ def reserve_ports(count: int) -> list[socket.socket]:
     return socks
 
 
+class UnpackError(Exception):
+    """The src_dir archive would write where it must not; the task cannot start."""
+
+
 def unpack_src(zip_name: str | None, cwd: Path) -> None:
-    """Unzip the job's src_dir into the container's working dir, once, keeping file modes."""
+    """Unzip the job's src_dir into the container's working dir, once.
+
+    The working dir holds the links YARN made to localized resources (venv, tony_runtime,
+    the NodeManager's shared cache behind them): nothing is ever written through a link, so a
+    src_dir entry named like one cannot change what later jobs get from that cache. Links in
+    the archive are not recreated, and modes lose group/other write and set-id bits."""
     if not zip_name or (cwd / ".tony_src_unpacked").exists():
         return
     with zipfile.ZipFile(cwd / zip_name) as zf:
         for info in zf.infolist():
+            mode = (info.external_attr >> 16) & 0o177777
+            if stat.S_ISLNK(mode):
+                log.warning("src_dir: skipped the symbolic link %s", info.filename)
+                continue
+            parts = Path(info.filename).parts
+            for depth in range(1, len(parts) + 1):
+                if (cwd.joinpath(*parts[:depth])).is_symlink():
+                    raise UnpackError(
+                        f"src_dir holds {info.filename}, which would write into the localized resource "
+                        f"{parts[0]!r}; rename that entry of src_dir")
             target = Path(zf.extract(info, cwd))
-            mode = (info.external_attr >> 16) & 0o777
-            if mode and not info.is_dir():
-                os.chmod(target, mode)
+            if not info.is_dir() and mode & 0o777:
+                os.chmod(target, mode & 0o755)
     (cwd / ".tony_src_unpacked").touch()
 
 
@@ -141,13 +163,26 @@ def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: 
             env["PYTHONPATH"] = os.pathsep.join(parts)
         else:
             env.pop("PYTHONPATH", None)
+    runtime_path = env.get("PYTHONPATH", "")
     env.update({k: str(v) for k, v in settings.execution_env.items()})
+    if "PYTHONPATH" in settings.execution_env and runtime_path:
+        # --shell_env PYTHONPATH=...: the user's entries first, then tony_py (tony_py.task).
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (settings.execution_env["PYTHONPATH"], runtime_path) if p)
     env.update({k: str(v) for k, v in spec_env.items()})
     error_file = str(cwd / f"tony-error-{attempt}.json")
     env["TONY_ERROR_FILE"] = error_file
     env["TORCHELASTIC_ERROR_FILE"] = error_file
     env["TONY_PROGRESS_FILE"] = str(cwd / f"tony-progress-{attempt}")
     return env
+
+
+def _describe_command(command: str) -> tuple[str, int]:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    script = next((w for w in words[1:] if not w.startswith("-")), words[0]) if len(words) > 1 else command
+    return script, max(0, len(words) - 1 - (words.index(script) if script in words else 0))
 
 
 def progress_age(path: str) -> float | None:
@@ -159,14 +194,21 @@ def progress_age(path: str) -> float | None:
 
 
 def read_error_file(path: str) -> dict | None:
-    """The task's error file: tony_py.task.record's format, or torchelastic's @record format."""
+    """The task's error file (tony_py.task.record's format, or torchelastic's @record format),
+    cut to a size the AM accepts: a huge exception message must not cost the exit code."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        with open(path, "rb") as f:
+            raw = f.read(MAX_ERROR_FILE_BYTES + 1)
+    except OSError:
         return None
+    try:
+        data = json.loads(raw[:MAX_ERROR_FILE_BYTES])
+    except ValueError:
+        text = raw[:MAX_ERROR_TEXT].decode(errors="replace")
+        return {"type": "error", "message": f"unreadable error file ({len(raw)} bytes): {text}"}
     if not isinstance(data, dict):
-        return {"message": str(data)[:2000]}
-    if isinstance(data.get("message"), dict):  # torch.distributed.elastic's error file
+        data = {"message": str(data)}
+    elif isinstance(data.get("message"), dict):  # torch.distributed.elastic's error file
         inner = data["message"]
         text = str(inner.get("message", ""))
         extra = inner.get("extraInfo") or {}
@@ -174,9 +216,16 @@ def read_error_file(path: str) -> dict | None:
             when = float(extra.get("timestamp"))
         except (TypeError, ValueError):
             when = None
-        return {"type": text.split(":", 1)[0] if ":" in text else "error", "message": text,
+        data = {"type": text.split(":", 1)[0] if ":" in text else "error", "message": text,
                 "traceback": extra.get("py_callstack"), "time": when}
-    return data
+    out = {}
+    for key, limit in (("type", 200), ("message", MAX_ERROR_TEXT), ("traceback", MAX_TRACEBACK), ("task", 100)):
+        if data.get(key) is not None:
+            text = str(data[key])
+            out[key] = text if len(text) <= limit else text[:limit] + f"... [{len(text) - limit} more characters]"
+    if isinstance(data.get("time"), (int, float)) and math.isfinite(data["time"]):
+        out["time"] = float(data["time"])
+    return out
 
 
 class Executor:
@@ -219,6 +268,20 @@ class Executor:
                 log.error("%s; killing the user process and exiting", exc)
                 self._stop_child()
                 return 3
+            except RequestRefused as exc:
+                log.error("the AM refused a call: %s; exiting", exc)
+                return 4
+
+    def report_setup_failure(self, attempt: int, what: str, exc: Exception) -> int:
+        """The task cannot start at all (its src_dir cannot be unpacked, …): say why, as a
+        result, so the job's root cause names it."""
+        log.error("%s: %s", what, exc)
+        error = {"type": "TonyPySetupError", "message": f"{what}: {exc}"}
+        try:
+            _check(self.channel.post("/v1/result", self._body(attempt, exit_code=1, signal=None, error=error)))
+        except (Instruction, AmUnreachable, RequestRefused) as report_error:
+            log.error("could not report it: %s", report_error)
+        return 1
 
     def run_attempt(self, attempt: int) -> None:
         socks = reserve_ports(2 if self.s.reserve_tb_port else 1)
@@ -238,7 +301,8 @@ class Executor:
         err = self.s.log_dir / f"attempt-{attempt}.stderr"
         self.progress_file = env["TONY_PROGRESS_FILE"]
         self.child = UserProcess(self.s.command, env, str(self.cwd), out, err)
-        log.info("started pid %d: %s", self.child.pid, self.s.command)
+        # Not the whole command: task_params may carry credentials, and this log is aggregated.
+        log.info("started pid %d: %s (%d more argument(s))", self.child.pid, *_describe_command(self.s.command))
         _check(self.channel.post("/v1/started", self._body(attempt, pid=self.child.pid)))
         code, timed_out = self._supervise(attempt)
         ended_at = time.time()
@@ -256,7 +320,15 @@ class Executor:
             error=read_error_file(env["TONY_ERROR_FILE"]),
             metrics=self._metrics(),
         )
-        _check(self.channel.post("/v1/result", result))
+        try:
+            answer = self.channel.post("/v1/result", result)
+        except RequestRefused as exc:
+            # The AM could not take the details (too large, or not understood): the exit code
+            # and signal still decide the job, so report them without the rest.
+            log.error("the AM refused the full result (%s); reporting the exit status alone", exc)
+            answer = self.channel.post("/v1/result", self._body(attempt, exit_code=exit_code, signal=sig,
+                                                                timed_out=timed_out))
+        _check(answer)
 
     def _wait_for_spec(self, attempt: int) -> dict:
         deadline = time.monotonic() + self.s.registry_timeout_s if self.s.registry_timeout_s > 0 else None
@@ -324,12 +396,16 @@ def main() -> None:
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     env = dict(os.environ)
-    settings = Settings.load(env, Path(FINAL_CONF))
+    settings = Settings.load(env, Path(SPEC_FILE))
     cwd = Path.cwd()
-    unpack_src(settings.src_zip, cwd)
-    channel = AmChannel(settings.am_url, settings.secret, give_up_after_s=settings.am_lost_timeout_s)
-    control = ControlServer(env.get("NM_HOST") or socket.getfqdn(), settings.secret, channel)
+    principal = settings.container_id or settings.task
+    channel = AmChannel(settings.am_url, Signer(settings.secret, principal), give_up_after_s=settings.am_lost_timeout_s)
+    control = ControlServer(env.get("NM_HOST") or socket.getfqdn(), Verifier(settings.secret), channel)
     executor = Executor(settings, channel, env, cwd, control_port=control.port)
     signal.signal(signal.SIGTERM, executor.on_sigterm)
     log.info("executor for %s in %s (pid %d)", settings.task, settings.container_id, os.getpid())
+    try:
+        unpack_src(settings.src_zip, cwd)
+    except (UnpackError, zipfile.BadZipFile, OSError) as exc:
+        sys.exit(executor.report_setup_failure(0, "cannot unpack src_dir", exc))
     sys.exit(executor.run())

@@ -76,8 +76,13 @@ public final class AmBridge {
     return fs;
   }
 
-  public String conf(String key) {
-    return conf.get(key);
+  /**
+   * host:port of YARN's web proxy (or of each RM's web app when no separate proxy runs): the
+   * addresses Hadoop's AmIpFilter trusts to relay authenticated users to the tracking URL.
+   */
+  public String[] proxyHosts() {
+    return org.apache.hadoop.yarn.webapp.util.WebAppUtils.getProxyHostsAndPortsForAmFilter(conf)
+        .toArray(new String[0]);
   }
 
   public void start(int heartbeatMs) throws IOException {

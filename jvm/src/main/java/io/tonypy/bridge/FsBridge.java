@@ -3,7 +3,9 @@ package io.tonypy.bridge;
 import java.io.IOException;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.nio.charset.StandardCharsets;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
@@ -16,6 +18,8 @@ import org.apache.hadoop.fs.permission.FsPermission;
  * localizes from (HDFS here, gs:// on Dataproc).
  */
 public final class FsBridge {
+  private static final FsPermission PRIVATE = new FsPermission((short) 0600);
+  private static final int BUFFER = 64 * 1024;
   private final Configuration conf;
 
   public FsBridge(Configuration conf) {
@@ -28,11 +32,6 @@ public final class FsBridge {
 
   public String homeDirectory() throws IOException {
     return FileSystem.get(conf).getHomeDirectory().toString();
-  }
-
-  public String qualify(String path) throws IOException {
-    Path p = new Path(path);
-    return fs(p).makeQualified(p).toString();
   }
 
   public boolean exists(String path) throws IOException {
@@ -53,7 +52,10 @@ public final class FsBridge {
     fs(p).setPermission(p, new FsPermission((short) mode));
   }
 
-  /** Copies a local file up; returns the resource description of the uploaded file. */
+  /**
+   * Copies a local file up, created with its final mode; returns the resource description of
+   * the uploaded file.
+   */
   public String upload(String localPath, String remotePath, int mode) throws IOException {
     Path dst = new Path(remotePath);
     FileSystem fs = fs(dst);
@@ -61,8 +63,11 @@ public final class FsBridge {
     // shares the content-addressed cache) never sees a half-written file.
     Path tmp = new Path(dst.getParent(), "." + dst.getName() + "." + System.nanoTime() + ".tmp");
     try {
-      fs.copyFromLocalFile(false, true, new Path(localPath), tmp);
-      fs.setPermission(tmp, new FsPermission((short) mode));
+      try (java.io.InputStream in = java.nio.file.Files.newInputStream(java.nio.file.Paths.get(localPath));
+          FSDataOutputStream out = fs.create(tmp, new FsPermission((short) mode), true, BUFFER,
+              fs.getDefaultReplication(tmp), fs.getDefaultBlockSize(tmp), null)) {
+        in.transferTo(out);
+      }
       if (!fs.rename(tmp, dst) && !fs.exists(dst)) {
         throw new IOException("could not rename " + tmp + " to " + dst);
       }
@@ -72,7 +77,7 @@ public final class FsBridge {
     return describe(remotePath);
   }
 
-  /** {"path", "size", "mtime", "public"} of a file, or null if it does not exist. */
+  /** {"path", "size", "mtime", "mode", "public"} of a file, or null if it does not exist. */
   public String describe(String path) throws IOException {
     Path p = new Path(path);
     FileSystem fs = fs(p);
@@ -86,6 +91,7 @@ public final class FsBridge {
     out.put("path", fs.makeQualified(st.getPath()).toString());
     out.put("size", st.getLen());
     out.put("mtime", st.getModificationTime());
+    out.put("mode", (int) st.getPermission().toShort());
     out.put("public", isPublic(fs, st));
     return Json.write(out);
   }
@@ -133,22 +139,25 @@ public final class FsBridge {
   public String readText(String path) throws IOException {
     Path p = new Path(path);
     try (java.io.InputStream in = fs(p).open(p)) {
-      return new String(in.readAllBytes(), java.nio.charset.StandardCharsets.UTF_8);
+      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
     }
   }
 
   /**
    * Replaces a file's content atomically: written under a temporary name, then renamed over the
    * old one. A writer that dies half-way (an AM attempt killed mid-write) leaves the previous
-   * version readable, not an empty file with an open lease.
+   * version readable, not an empty file with an open lease. The parent directory is never
+   * created: a staging dir the client removed after killing the application stays removed,
+   * even if its dying AM writes one last snapshot.
    */
   public void writeTextAtomic(String path, String text) throws IOException {
     Path dst = new Path(path);
     FileSystem fs = fs(dst);
     Path tmp = new Path(dst.getParent(), "." + dst.getName() + "." + System.nanoTime() + ".tmp");
     try {
-      try (org.apache.hadoop.fs.FSDataOutputStream out = fs.create(tmp, true)) {
-        out.write(text.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+      try (FSDataOutputStream out = fs.createNonRecursive(
+          tmp, PRIVATE, true, BUFFER, fs.getDefaultReplication(tmp), fs.getDefaultBlockSize(tmp), null)) {
+        out.write(text.getBytes(StandardCharsets.UTF_8));
       }
       org.apache.hadoop.fs.FileContext.getFileContext(fs.getUri(), conf)
           .rename(tmp, dst, org.apache.hadoop.fs.Options.Rename.OVERWRITE);
@@ -157,10 +166,16 @@ public final class FsBridge {
     }
   }
 
-  public void writeText(String path, String text) throws IOException {
+  /**
+   * Writes a file created with its final mode (the umask can only narrow it), so its content
+   * is never readable with a wider one, not even for a moment: the app secret is written here.
+   */
+  public void writeText(String path, String text, int mode) throws IOException {
     Path p = new Path(path);
-    try (org.apache.hadoop.fs.FSDataOutputStream out = fs(p).create(p, true)) {
-      out.write(text.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+    FileSystem fs = fs(p);
+    try (FSDataOutputStream out = fs.create(
+        p, new FsPermission((short) mode), true, BUFFER, fs.getDefaultReplication(p), fs.getDefaultBlockSize(p), null)) {
+      out.write(text.getBytes(StandardCharsets.UTF_8));
     }
   }
 }

@@ -7,17 +7,13 @@ import com.google.gson.JsonObject;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
-import java.util.Collections;
-import java.util.EnumSet;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.io.DataOutputBuffer;
 import org.apache.hadoop.security.Credentials;
 import org.apache.hadoop.security.UserGroupInformation;
-import org.apache.hadoop.yarn.api.records.ApplicationAttemptReport;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.ApplicationReport;
 import org.apache.hadoop.yarn.api.records.ApplicationSubmissionContext;
@@ -55,14 +51,6 @@ public final class ClientBridge {
 
   public FsBridge fs() {
     return fs;
-  }
-
-  public String conf(String key) {
-    return conf.get(key);
-  }
-
-  public String[] confStrings(String key) {
-    return conf.getTrimmedStrings(key);
   }
 
   /** The classpath containers get Hadoop from (the cluster's, or YARN's cross-platform default). */
@@ -217,40 +205,6 @@ public final class ClientBridge {
     }
   }
 
-  /** The attempts of an application, oldest first, with their AM container and state. */
-  public String attempts(String appId) throws IOException, YarnException {
-    List<Map<String, Object>> out = new ArrayList<>();
-    List<ApplicationAttemptReport> reports =
-        new ArrayList<>(yarn.getApplicationAttempts(ApplicationId.fromString(appId)));
-    reports.sort((a, b) -> Integer.compare(
-        a.getApplicationAttemptId().getAttemptId(), b.getApplicationAttemptId().getAttemptId()));
-    for (ApplicationAttemptReport a : reports) {
-      Map<String, Object> m = new LinkedHashMap<>();
-      m.put("id", a.getApplicationAttemptId().toString());
-      m.put("attempt", a.getApplicationAttemptId().getAttemptId());
-      m.put("state", a.getYarnApplicationAttemptState().toString());
-      m.put("am_container", a.getAMContainerId() == null ? null : a.getAMContainerId().toString());
-      m.put("diagnostics", a.getDiagnostics());
-      out.add(m);
-    }
-    return Json.write(out);
-  }
-
-  /** Ids of applications in the given states (e.g. "RUNNING,ACCEPTED"), optionally by type. */
-  public String[] applications(String states, String type) throws IOException, YarnException {
-    EnumSet<org.apache.hadoop.yarn.api.records.YarnApplicationState> set =
-        EnumSet.noneOf(org.apache.hadoop.yarn.api.records.YarnApplicationState.class);
-    for (String s : states.split(",")) {
-      set.add(org.apache.hadoop.yarn.api.records.YarnApplicationState.valueOf(s.trim()));
-    }
-    List<String> ids = new ArrayList<>();
-    java.util.Set<String> types = type == null ? null : Collections.singleton(type);
-    for (ApplicationReport r : yarn.getApplications(types, set)) {
-      ids.add(r.getApplicationId().toString());
-    }
-    return ids.toArray(new String[0]);
-  }
-
   public void kill(String appId, String diagnostics) throws IOException, YarnException {
     yarn.killApplication(ApplicationId.fromString(appId), diagnostics);
   }
@@ -258,9 +212,5 @@ public final class ClientBridge {
   public void close() throws IOException {
     yarn.stop();
     org.apache.hadoop.fs.FileSystem.closeAll();
-  }
-
-  public static Configuration newConfiguration() {
-    return new YarnConfiguration();
   }
 }
