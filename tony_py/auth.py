@@ -41,6 +41,15 @@ class AuthError(Exception):
     """A request or answer without a valid signature, or a replayed one."""
 
 
+class UnsignedAnswer(AuthError):
+    """An HTTP answer without a valid signature (its status is kept: a server refuses an
+    oversized request before it can check who sent it, so a 413 cannot be signed)."""
+
+    def __init__(self, status: int):
+        super().__init__(f"the answer (HTTP {status}) is not signed with this application's secret")
+        self.status = status
+
+
 def _mac(key: bytes, *parts: str | bytes) -> str:
     data = b"\n".join(p if isinstance(p, bytes) else p.encode() for p in parts)
     return hmac.new(key, data, hashlib.sha256).hexdigest()
@@ -144,7 +153,10 @@ def call_json(signer: Signer, base_url: str, method: str, target: str, payload: 
         status, raw, signature = exc.code, exc.read(), exc.headers.get(RESPONSE_HEADER)
     except http.client.HTTPException as exc:
         raise OSError(f"garbled answer: {exc}") from None
-    signer.check_answer(nonce, status, raw, signature)
+    try:
+        signer.check_answer(nonce, status, raw, signature)
+    except AuthError:
+        raise UnsignedAnswer(status) from None
     try:
         return status, (json.loads(raw) if raw else None)
     except ValueError:

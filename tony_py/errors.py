@@ -7,6 +7,15 @@ EXIT_OK = 0
 EXIT_JOB_FAILED = 1
 EXIT_USAGE = 2
 
+# Exit codes of the executor process itself (the container's exit status when it ends without
+# reporting a result), so the AM can say why.
+EXECUTOR_EXITS = {
+    3: "its executor lost the AM (no valid answer for tony.task.executor.am-lost-timeout-sec) and stopped the task",
+    4: "the AM refused a call of its executor",
+}
+EXECUTOR_AM_LOST = 3
+EXECUTOR_REFUSED = 4
+
 
 class TonyError(Exception):
     """Base of the errors a command reports as one line, without a traceback."""

@@ -81,6 +81,10 @@ class Cluster:
     def staging_dirs(self) -> list[str]:
         return [n for n in self.hdfs_list(f"/user/{USER}/.tony") if n.startswith("application_")]
 
+    def hdfs_status(self, path: str) -> dict:
+        return requests.get(f"{self.nn_web}/webhdfs/v1{path}", params={"op": "GETFILESTATUS", "user.name": USER},
+                            timeout=5).json()["FileStatus"]
+
     def hdfs_mkdir(self, path: str) -> None:
         requests.put(f"{self.nn_web}/webhdfs/v1{path}", params={"op": "MKDIRS", "user.name": USER}, timeout=10)
 

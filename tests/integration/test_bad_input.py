@@ -38,6 +38,11 @@ CASES = {
     "unknown queue": (["--conf", "tony.yarn.queue=no-such-queue"], "tony.yarn.queue"),
     "missing remote src_dir": (["--src_dir", "hdfs:///no/such/src.zip"], "--src_dir"),
     "empty executes": (["--executes", " "], "--executes"),
+    "src_dir entry named like a resource": (["--src_dir", "{src_with_venv}"], "'venv'"),
+    "control character in task_params": (["--task_params", "--tag a\x01b"], "tony.containers.command"),
+    "command substitution in container_env": (["--container_env", "X=$(id)"], "--container_env"),
+    "node label no node carries": (["--conf", "tony.worker.node-label=tpu"], "tony.worker.node-label"),
+    "launch-unsafe AM python": (["--conf", 'tony.am.python=py"thon'], "tony.am.python"),
 }
 
 
@@ -46,7 +51,11 @@ def test_bad_input_is_refused_before_anything_is_created(case, tony, cluster, tm
     extra, needle = CASES[case]
     (tmp_path / "malformed.xml").write_text(MALFORMED)
     (tmp_path / "bomb.xml").write_text(BOMB)
-    extra = [a.format(malformed=tmp_path / "malformed.xml", bomb=tmp_path / "bomb.xml") for a in extra]
+    src_with_venv = tmp_path / "src"
+    (src_with_venv / "venv" / "bin").mkdir(parents=True)
+    (src_with_venv / "probe.py").write_text("")
+    extra = [a.format(malformed=tmp_path / "malformed.xml", bomb=tmp_path / "bomb.xml", src_with_venv=src_with_venv)
+             if "{" in a else a for a in extra]
     apps_before = len(cluster.apps())
     run = tony(*base(tmp_path), *extra, timeout=120)
     assert run.rc == 2, run.output
@@ -69,20 +78,3 @@ def test_help_lists_tonys_flags(tony):
     for flag in ("--executes", "--task_params", "--python_venv", "--python_binary_path", "--src_dir",
                  "--shell_env", "--container_env", "--conf_file", "--conf", "--hdfs_classpath"):
         assert flag in run.stdout
-
-
-@pytest.mark.parametrize("style", ["single-dash", "double-dash", "equals"])
-def test_tony_flag_forms(style, tony, tmp_path, cluster):
-    flags = {"src_dir": str(JOBS), "executes": "probe.py", "python_binary_path": PYTHON,
-             "task_params": f"--out {tmp_path}", "conf": "tony.worker.instances=0"}
-    args = []
-    for name, value in flags.items():
-        if style == "single-dash":
-            args += [f"-{name}", value]
-        elif style == "double-dash":
-            args += [f"--{name}", value]
-        else:
-            args.append(f"--{name}={value}")
-    # instances=0 leaves no task: refused with exit 2 after every flag was understood
-    run = tony(*args)
-    assert run.rc == 2 and "no tasks to run" in run.stderr, run.output

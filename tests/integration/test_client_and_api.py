@@ -162,7 +162,12 @@ def test_unchanged_venv_is_not_uploaded_or_localized_again(tony, probe_args, tmp
     # the NodeManager localized it once and gave the second job the same copy
     assert second_record["venv_realpath"] == first_record["venv_realpath"]
     assert first.app_id not in first_record["venv_realpath"]  # not in an app-private dir
-    assert any(n.startswith("venv-") for n in cluster.hdfs_list(f"/user/{USER}/.tony/cache"))
+    # ... but private to the user: cached per user on the node, unreadable to others on HDFS
+    assert f"/usercache/{USER}/filecache/" in first_record["venv_realpath"]
+    cache = f"/user/{USER}/.tony/cache"
+    venv_name = next(n for n in cluster.hdfs_list(cache) if n.startswith("venv-"))
+    assert cluster.hdfs_status(cache)["permission"] == "700"
+    assert cluster.hdfs_status(f"{cache}/{venv_name}")["permission"] == "600"
 
 
 def test_hdfs_classpath_files_are_localized_and_on_the_classpath(tony, probe_args, tmp_path, cluster):

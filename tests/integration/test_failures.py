@@ -109,7 +109,8 @@ def test_retry_count_is_respected(cluster, probe_args, tmp_path):
     assert run.rc == 1, run.output[-4000:]
     diagnostics = cluster.app(run.app_id)["diagnostics"]
     assert "Root cause: worker:0 (attempt 1 on" in diagnostics and "killed by SIGKILL" in diagnostics
-    assert "restart 1 of 1" in diagnostics or "worker:0 (attempt 0" in diagnostics  # the earlier one is kept
+    # the failure that spent the one restart is kept, after the root cause
+    assert re.search(r"Other failures \(in order\): worker:0 \(attempt 0 on [^)]*\): killed by SIGKILL", diagnostics)
     assert "Root cause: worker:0 (attempt 1" in run.stdout
 
 
@@ -226,7 +227,14 @@ def test_lost_nodemanager_job_finishes_on_the_other_node(cluster, probe_args, tm
     assert len(nm1_dirs) >= 3  # AM + the two replacement workers
 
 
-def test_am_killed_attempt_2_finishes_the_job(cluster, probe_args, tmp_path):
+def am_processes(app_id):
+    return [p for p in psutil.process_iter(["name", "cmdline", "cwd"])
+            if p.info["name"] == "java" and "io.tonypy.am.ApplicationMaster" in " ".join(p.info["cmdline"] or [])
+            and app_id in (p.info["cwd"] or "")]
+
+
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_am_killed_attempt_2_finishes_the_job(how, cluster, probe_args, tmp_path):
     job = Background(cluster, probe_args("tony.worker.instances=2", "tony.worker.memory=512m",
                                          params="--sleep *:20 --progress"))
     # kill it once the snapshot a new attempt reads shows the running tasks (an AM that dies
@@ -234,11 +242,12 @@ def test_am_killed_attempt_2_finishes_the_job(cluster, probe_args, tmp_path):
     wait_for(lambda: (tasks_running(cluster, job) or {}).get("snapshot_current"), 120,
              "the tasks to run and the AM's snapshot to show them")
     app_id = job.app_id
-    am = [p for p in psutil.process_iter(["name", "cmdline", "cwd"])
-          if p.info["name"] == "java" and "io.tonypy.am.ApplicationMaster" in " ".join(p.info["cmdline"] or [])
-          and app_id in (p.info["cwd"] or "")]
+    am = am_processes(app_id)
     assert len(am) == 1
-    am[0].kill()
+    if how == "SIGKILL":
+        am[0].kill()
+    else:  # what the NodeManager does to a container it stops: SIGTERM to its process group
+        os.killpg(os.getpgid(am[0].pid), signal.SIGTERM)
     run = job.wait(timeout=180)
     assert run.rc == 0, run.output[-4000:]
     assert "YARN started AM attempt 2" in run.stdout
@@ -250,3 +259,21 @@ def test_am_killed_attempt_2_finishes_the_job(cluster, probe_args, tmp_path):
         assert sorted(f for f in logs[task] if f.startswith("attempt-")) == ["attempt-0.stderr", "attempt-0.stdout"]
         assert "the AM moved" in logs[task]["executor.log"]
     assert {r["TONY_RESTART_ATTEMPT"] for r in probe_records(tmp_path).values()} == {"0"}
+
+
+def test_executors_that_lose_their_am_stop_their_tasks(cluster, probe_args, tmp_path):
+    job = Background(cluster, probe_args("tony.worker.instances=1", "tony.worker.memory=512m",
+                                         "tony.task.executor.am-lost-timeout-sec=3", params="--forever worker:0"))
+    wait_for(lambda: tasks_running(cluster, job), 120, "the task to run")
+    user = probe_records(tmp_path)["worker:0"]["pid"]
+    python_am = [c for c in am_processes(job.app_id)[0].children() if "tony_py.am" in " ".join(c.cmdline())][0]
+    python_am.suspend()  # the AM's Python side stops answering; its JVM keeps the RM lease
+    try:
+        wait_for(lambda: not psutil.pid_exists(user) or psutil.Process(user).status() == psutil.STATUS_ZOMBIE,
+                 60, "the executor to give up on its AM and kill its task")
+    finally:
+        python_am.resume()
+    run = job.wait(timeout=120)
+    assert run.rc == 1, run.output[-4000:]
+    assert "no valid answer from the AM" in cluster.task_logs(run.app_id)["worker:0"]["executor.log"]
+    assert "its executor lost the AM" in cluster.app(run.app_id)["diagnostics"]

@@ -1,9 +1,9 @@
 """TonY's contract on a real cluster: task environment, config layering, success/failure rules."""
 
 import json
-import time
+import threading
 
-from support import probe_records
+from support import PYTHON, probe_records, wait_for
 
 
 def only_line(text):
@@ -21,11 +21,18 @@ def test_tensorflow_environment(tony, probe_args, tmp_path, cluster):
                            "tony.chief.memory=512m", "tony.evaluator.memory=512m",
                            f"tony.containers.resources={tmp_path / 'vocab.txt'}",
                            f"tony.worker.resources={tmp_path / 'shards'}::data",
-                           params="--forever ps:0"),
-               "--shell_env", "PROBE_SHELL_ENV=shell", "--container_env", "PROBE_CONTAINER_ENV=container")
+                           params="--forever ps:0 --marker password=hunter2"),
+               "--shell_env", "PROBE_SHELL_ENV=shell", "--container_env", "PROBE_CONTAINER_ENV=container",
+               "--shell_env", "PYTHONPATH=/opt/site-libs")
     assert run.rc == 0, run.output[-3000:]
     rec = probe_records(tmp_path)
+    secret = next(cluster.workdir.glob(f"data/nm*/local/usercache/*/appcache/{run.app_id}/filecache/*/tony-secret"))
+    secret = secret.read_text().strip()
+    assert len(secret) == 64
     assert sorted(rec) == ["chief:0", "evaluator:0", "ps:0", "worker:0", "worker:1"]
+    # task_params may carry credentials: the executor logs the script and an argument count
+    for files in cluster.task_logs(run.app_id).values():
+        assert "started pid" in files["executor.log"] and "hunter2" not in files["executor.log"]
     cluster_spec = json.loads(rec["chief:0"]["CLUSTER_SPEC"])
     assert sorted(cluster_spec) == ["chief", "evaluator", "ps", "worker"]
     assert [len(cluster_spec[t]) for t in ("chief", "worker", "ps", "evaluator")] == [1, 2, 1, 1]
@@ -44,10 +51,13 @@ def test_tensorflow_environment(tony, probe_args, tmp_path, cluster):
         assert r["AM_HOST"] and r["AM_PORT"]
         assert r["PROBE_SHELL_ENV"] == "shell" and r["PROBE_CONTAINER_ENV"] == "container"
         assert r["MALLOC_ARENA_MAX"] is None  # Hadoop's =4 slows TensorFlow ~3x
-        assert r["TONY_APP_SECRET"] is None  # the app secret is not in the user's env...
-        assert "tony-secret" not in r["cwd_files"]  # ...nor left in its working dir
+        # the app secret is in no variable of the user's env, nor left in its working dir
+        assert not [k for k, v in r["all_env"].items() if secret in v], name
+        assert "tony-secret" not in r["cwd_files"]
         assert "tony_runtime/deps" not in (r["PYTHONPATH"] or "")  # our py4j/psutil never shadow the user's
-        assert "/tony_runtime/tony_py/task.py" in r["tony_py_task_file"]  # tony_py.task is importable
+        # --shell_env PYTHONPATH comes first and tony_py.task stays importable after it
+        assert r["PYTHONPATH"].startswith("/opt/site-libs:") and r["PYTHONPATH"].endswith("/tony_runtime")
+        assert "/tony_runtime/tony_py/task.py" in r["tony_py_task_file"]
         assert r["TONY_RESTART_ATTEMPT"] == "0"
         host, port = cluster_spec[job][int(index)].rsplit(":", 1)
         assert host == r["NM_HOST"] and port.isdigit()
@@ -136,28 +146,59 @@ def test_chief_success_stops_ps(tony, probe_args, cluster):
 
 
 def test_gpu_task_gets_a_gpu_container_on_the_gpu_node(tony, probe_args, cluster, tmp_path):
-    import threading
-
-    seen = {}
+    release = tmp_path / "release"
     result = {}
 
     def submit():
         result["run"] = tony(*probe_args("tony.worker.instances=1", "tony.worker.gpus=1", "tony.worker.memory=512m",
-                                         params="--sleep worker:0:8"))
+                                         params=f"--until-file {release}"))
 
     thread = threading.Thread(target=submit)
     thread.start()
-    deadline = time.monotonic() + 120
-    while thread.is_alive() and time.monotonic() < deadline and not seen:
-        for app in cluster.apps("RUNNING"):
-            status = cluster.am_status(app["id"])
-            for task in (status or {}).get("tasks", []):
-                if task["state"] == "RUNNING" and task.get("resource"):
-                    seen.update(task)
-        time.sleep(0.5)
-    thread.join(timeout=180)
+    try:
+        record = wait_for(lambda: probe_records(tmp_path).get("worker:0"), 120, "the task to start")
+        # the task waits for the release file: its row is read while it certainly runs
+        task = wait_for(lambda: next((t for t in (cluster.am_status(record["JOB_ID"]) or {}).get("tasks", [])
+                                      if t["state"] == "RUNNING"), None), 30, "the AM to show the task RUNNING")
+    finally:
+        release.touch()
+        thread.join(timeout=180)
     assert result["run"].rc == 0, result["run"].output[-3000:]
-    assert seen, "never saw the task running"
-    assert seen["resource"]["yarn.io/gpu"] == 1
-    assert seen["node_id"] == cluster.gpu_node_id()
-    assert probe_records(tmp_path)["worker:0"]["NM_PORT"] == cluster.gpu_node_id().split(":")[1]
+    assert task["resource"]["yarn.io/gpu"] == 1
+    assert task["node_id"] == cluster.gpu_node_id()
+    assert record["NM_PORT"] == cluster.gpu_node_id().split(":")[1]
+
+
+def test_fcfs_job_runs_each_task_as_it_comes(tony, probe_args, tmp_path, cluster):
+    run = tony(*probe_args("tony.worker.instances=2", "tony.worker.memory=512m",
+                           "tony.application.distributed-mode=FCFS"))
+    assert run.rc == 0, run.output[-3000:]
+    rec = probe_records(tmp_path)
+    assert sorted(rec) == ["worker:0", "worker:1"]
+    for r in rec.values():
+        assert r["DISTRIBUTED_MODE"] == "FCFS" and r["TF_CONFIG"] is None and r["CLUSTER_SPEC"] is None
+
+
+def test_a_type_runs_its_own_command(tony, probe_args, tmp_path, cluster):
+    ps_command = f"{PYTHON} probe.py --out {tmp_path / 'probe'} --marker from-ps-command --forever ps:0"
+    run = tony(*probe_args("tony.worker.instances=1", "tony.ps.instances=1", "tony.worker.memory=512m",
+                           "tony.ps.memory=512m", f"tony.ps.command={ps_command}", params="--marker from-executes"))
+    assert run.rc == 0, run.output[-3000:]
+    rec = probe_records(tmp_path)
+    assert "from-ps-command" in rec["ps:0"]["argv"] and "from-executes" in rec["worker:0"]["argv"]
+
+
+def test_a_failed_evaluator_does_not_fail_the_job(tony, probe_args, cluster):
+    run = tony(*probe_args("tony.worker.instances=1", "tony.evaluator.instances=1", "tony.worker.memory=512m",
+                           "tony.evaluator.memory=512m", params="--fail evaluator:0:2 --sleep worker:0:3"))
+    assert run.rc == 0, run.output[-3000:]
+    diagnostics = cluster.app(run.app_id)["diagnostics"]
+    assert "some worker tasks failed: evaluator:0" in diagnostics and "evaluator:0 FAILED" in diagnostics
+
+
+def test_a_huge_error_file_still_reports_the_exit_code_and_the_error(tony, probe_args, cluster):
+    run = tony(*probe_args("tony.worker.instances=1", "tony.worker.memory=512m", params="--huge-error worker:0"))
+    assert run.rc == 1, run.output[-3000:]
+    diagnostics = cluster.app(run.app_id)["diagnostics"]
+    assert "worker:0" in diagnostics and "exit code 3: HugeError: mmmm" in diagnostics
+    assert "more characters]" in diagnostics and "lost" not in diagnostics

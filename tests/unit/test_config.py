@@ -176,3 +176,17 @@ def test_exploding_variable_expansion_is_refused(tmp_path):
     overrides += ["tony.application.name=${tony.a19}"]
     with pytest.raises(UsageError, match="grows past"):
         spec_from(tmp_path, overrides)
+
+
+def test_env_references_expand_from_the_client_environment(tmp_path):
+    conf = load_conf(None, ["tony.containers.command=x", "tony.worker.instances=1",
+                            "tony.application.name=run-${env.TONY_TEST_RUN}", "tony.yarn.queue=${env.TONY_NO_SUCH}"],
+                     env={}, cwd=tmp_path)
+    import os
+    os.environ["TONY_TEST_RUN"] = "42"
+    try:
+        spec = build_job_spec(conf)
+    finally:
+        del os.environ["TONY_TEST_RUN"]
+    assert spec.name == "run-42"
+    assert spec.queue == "${env.TONY_NO_SUCH}"  # an unset variable stays as written, as in Hadoop

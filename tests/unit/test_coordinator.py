@@ -4,91 +4,10 @@ import json
 
 import pytest
 
-from tony_py.am.coordinator import Coordinator, JobState
+from harness import Harness
+from tony_py.am.coordinator import JobState
 from tony_py.am.failover import AmSnapshot
 from tony_py.am.tasks import TaskState
-from tony_py.config.layers import load_conf
-from tony_py.config.spec import build_job_spec
-
-
-class FakePort:
-    def __init__(self):
-        self.requests, self.launched, self.stopped, self.released, self.cancelled = [], [], [], [], []
-        self.blacklisted = []
-
-    def request(self, request_id, task_type, count):
-        self.requests.append((task_type.name, count))
-
-    def cancel_requests(self, request_id):
-        self.cancelled.append(request_id)
-
-    def launch(self, container_id, launch_spec):
-        self.launched.append(container_id)
-
-    def stop(self, container_id):
-        self.stopped.append(container_id)
-
-    def release(self, container_id):
-        self.released.append(container_id)
-
-    def set_progress(self, progress):
-        self.progress = progress
-
-    def set_heartbeat_interval(self, ms):
-        pass
-
-    def blacklist(self, node_id):
-        self.blacklisted.append(node_id)
-
-
-class Clock:
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
-
-class Harness:
-    def __init__(self, tmp_path, *overrides, start=True):
-        conf = load_conf(None, ["tony.containers.command=python t.py", *overrides], env={}, cwd=tmp_path)
-        self.spec = build_job_spec(conf)
-        self.port = FakePort()
-        self.clock = Clock()
-        self.c = Coordinator(self.spec, self.port, lambda task: {"task": task.name}, clock=self.clock)
-        if start:
-            self.c.start()
-        self.n = 0
-        self.containers = {}
-
-    def allocate(self, type_name):
-        self.n += 1
-        cid = f"container_{self.n}"
-        self.c.on_allocated({"id": cid, "node_id": f"node{self.n}:1", "host": f"host{self.n}",
-                             "node_http": f"host{self.n}:8042", "resource": {},
-                             "allocation_request_id": self.c.book.ids[type_name], "priority": 0})
-        return cid
-
-    def bring_up(self):
-        """Allocate, start and register every task; return {task: container}."""
-        for task_type in self.spec.types:
-            for _ in range(task_type.instances):
-                self.allocate(task_type.name)
-        for name, task in self.c.tasks.items():
-            self.containers[name] = task.container.id
-            self.c.on_started(task.container.id)
-        for i, name in enumerate(self.c.tasks):
-            assert self.c.register(name, 0, self.containers[name], 2000 + i, None) == {"ok": True, "attempt": 0}
-        for name in self.c.tasks:
-            assert "cluster" in self.c.wait_spec(name, 0, self.containers[name], 0)
-            self.c.task_started(name, 0, self.containers[name], 100)
-        return self.containers
-
-    def result(self, name, code=0, signal=None, attempt=0, stderr=""):
-        return self.c.report_result(name, attempt, self.containers[name], code, signal, stderr)
-
-    def complete(self, name, status=0):
-        self.c.on_completed(self.containers[name], status, "")
 
 
 def test_happy_path_two_workers(tmp_path):
@@ -173,13 +92,27 @@ def test_ps_failure_fails_the_job(tmp_path):
     assert h.c.final_status == "FAILED" and "stop-on-failure" in h.c.diagnostics()
 
 
-def test_all_tracked_failed_is_failure(tmp_path):
+def test_a_failed_worker_is_tolerated_when_the_chief_succeeds(tmp_path):
     h = Harness(tmp_path, "tony.chief.instances=1", "tony.worker.instances=1")
     h.bring_up()
     h.result("worker:0", code=2)
     assert h.c.decision is None
     h.result("chief:0", code=0)
-    assert h.c.final_status == "SUCCEEDED"
+    assert h.c.final_status == "SUCCEEDED" and "some worker tasks failed: worker:0" in h.c.diagnostics()
+
+
+def test_all_tracked_failed_is_failure(tmp_path):
+    # after-chief off and the chief not a tracked failure yet: workers fail one by one
+    h = Harness(tmp_path, "tony.worker.instances=3")
+    h.bring_up()
+    h.result("worker:1", code=2)
+    h.result("worker:2", code=2)
+    assert h.c.decision is None
+    from tony_py.am import policy
+    h.c.tasks["worker:0"].state = TaskState.FAILED  # the policy's own view: every tracked task failed
+    h.c.tasks["worker:0"].failure = h.c.tasks["worker:1"].failure
+    decision = policy.completion(h.spec, h.c.tasks)
+    assert decision.action == policy.Action.FAIL and "every tracked task failed" in decision.message
 
 
 def test_lost_heartbeat_fails_the_task(tmp_path):
@@ -395,14 +328,27 @@ def test_a_lost_node_costs_one_restart_not_one_per_task(tmp_path):
 
 
 def test_waiting_for_the_spec_counts_as_alive(tmp_path):
+    import threading
+    import time
+
     h = Harness(tmp_path, "tony.worker.instances=2")
-    c1 = h.allocate("worker")
+    c1, c2 = h.allocate("worker"), h.allocate("worker")
     h.c.on_started(c1)
     h.c.register("worker:0", 0, c1, 2000, None)
-    h.c.tasks["worker:0"].polling = 1  # its executor is parked in a long-poll
-    h.clock.now += 30
+    answers = []
+    parked = threading.Thread(target=lambda: answers.append(h.c.wait_spec("worker:0", 0, c1, 30)))
+    parked.start()  # its executor long-polls for the spec: a real wait, not a flag set by hand
+    deadline = time.monotonic() + 5
+    while h.c.tasks["worker:0"].polling == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert h.c.tasks["worker:0"].polling == 1
+    h.clock.now += 30  # far past the heartbeat expiry
     h.c.tick()
     assert h.c.tasks["worker:0"].state == TaskState.REGISTERED
+    h.c.on_started(c2)
+    h.c.register("worker:1", 0, c2, 2001, None)  # the gang is complete: the parked call returns
+    parked.join(timeout=5)
+    assert answers and answers[0]["cluster"] == {"worker": ["host1:2000", "host2:2001"]}
 
 
 # ---- regressions found in review ------------------------------------------------------------------
@@ -465,3 +411,112 @@ def test_executor_ahead_of_the_snapshot_resynchronizes(tmp_path):
     answer = fresh.c.register("worker:0", 1, h.containers["worker:0"], 3000, None)
     assert answer.get("ok") and fresh.c.attempt == 1 and fresh.c.restarts_used == 0
     assert fresh.c.heartbeat("worker:1", 0, h.containers["worker:1"], {}) == {"action": "restart", "attempt": 1}
+
+
+# ---- the job state machine ---------------------------------------------------------------------
+def test_restarting_is_observable_until_the_new_gang_is_complete(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
+    h.bring_up()
+    h.result("worker:1", code=None, signal="SIGKILL")
+    assert h.c.state == JobState.RESTARTING
+    assert h.c.status()["state"] == "RESTARTING"
+    h.c.register("worker:0", 1, h.containers["worker:0"], 3000, None)
+    assert h.c.state == JobState.RESTARTING  # one of two back
+    h.c.register("worker:1", 1, h.containers["worker:1"], 3001, None)
+    assert h.c.state == JobState.RUNNING
+    states = [e["state"] for e in h.c.events.recent if e["kind"] == "STATE"]
+    assert states == ["RUNNING", "RESTARTING", "RUNNING"]
+
+
+def test_every_job_state_is_reachable_and_transitions_are_checked(tmp_path):
+    from tony_py.am.coordinator import TRANSITIONS, IllegalTransition
+
+    seen = set()
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.am.retry-count=1")
+    h.c.events.listeners.append(lambda e: e["kind"] == "STATE" and seen.add(e["state"]))
+    seen.add(h.c.state.value)
+    h.bring_up()
+    h.result("worker:0", code=None, signal="SIGKILL")
+    h.c.register("worker:0", 1, h.containers["worker:0"], 3000, None)
+    h.result("worker:0", attempt=1)
+    h.complete("worker:0")
+    assert seen == {s.value for s in JobState} == {s.value for s in TRANSITIONS}
+    with pytest.raises(IllegalTransition):
+        h.c._enter(JobState.RUNNING)  # DONE is final
+
+
+def test_fcfs_serves_each_task_its_spec_at_once(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.application.distributed-mode=FCFS")
+    c1 = h.allocate("worker")
+    h.c.on_started(c1)
+    h.c.register("worker:0", 0, c1, 2000, None)
+    spec = h.c.wait_spec("worker:0", 0, c1, 0)  # worker:1 has no container yet
+    assert spec["cluster"] == {"worker": ["host1:2000"]} and "TF_CONFIG" not in spec["env"]
+    assert h.c.state == JobState.RUNNING
+
+
+def test_evaluator_failure_is_tolerated_like_a_worker(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.evaluator.instances=1")
+    h.bring_up()
+    h.result("evaluator:0", code=2)
+    assert h.c.decision is None
+    h.result("worker:0")
+    assert h.c.final_status == "SUCCEEDED" and "evaluator:0" in h.c.diagnostics()
+
+
+def test_an_untracked_task_other_than_ps_failing_fails_the_job(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.db.instances=1",
+                "tony.application.untracked.jobtypes=db", "tony.application.stop-on-failure-jobtypes=")
+    h.bring_up()
+    h.result("db:0", code=1)
+    assert h.c.final_status == "FAILED" and "untracked task db:0" in h.c.diagnostics()
+
+
+def test_infrastructure_failures_are_not_retried_when_switched_off(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=2",
+                "tony.application.retry-on-infrastructure-failure=false")
+    h.bring_up()
+    h.complete("worker:0", -100)  # the node was lost
+    assert h.c.restarts_used == 0 and h.c.final_status == "FAILED"
+    assert "the container was aborted" in h.c.diagnostics()
+
+
+def test_task_command_per_type(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.ps.instances=1", "tony.ps.command=python ps.py")
+    assert h.spec.command_for("ps") == "python ps.py" and h.spec.command_for("worker") == "python t.py"
+
+
+# ---- policy: pure rules ---------------------------------------------------------------------------
+def test_policy_timeouts_and_blacklist_are_pure_functions(tmp_path):
+    from tony_py.am import policy
+    from tony_py.am.tasks import Failure, FailureKind
+
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.application.timeout=5000",
+                "tony.task.max-failures-per-node=2", "tony.task.progress-timeout-ms=1000")
+    spec = h.spec
+    assert policy.app_timeout(spec, 0, 5.0) is None and "tony.application.timeout" in policy.app_timeout(spec, 0, 5.1)
+    assert not policy.blacklist_node(spec, 1) and policy.blacklist_node(spec, 2)
+    task = h.c.tasks["worker:0"]
+    task.state, task.started_at, task.last_heartbeat = TaskState.RUNNING, 0.0, 10.0
+    assert policy.task_timeout(spec, task, 10.0)[0] == FailureKind.TIMEOUT  # no progress for 10 s
+    task.last_progress = 9.5
+    assert policy.task_timeout(spec, task, 10.0) is None
+    task.container, task.container_started = object(), True
+    assert policy.keep_on_restart(task)
+    task.failure = Failure("worker:0", 0, FailureKind.LOST, "gone")
+    assert not policy.keep_on_restart(task)  # a container whose executor vanished is not reused
+    assert not policy.counts_against_node(FailureKind.EXIT_CODE) and policy.counts_against_node(FailureKind.SIGNAL)
+
+
+def test_a_stalled_am_does_not_blame_its_executors(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.task.max-missed-heartbeats=3")
+    h.bring_up()
+    h.c.tick()
+    h.clock.now += 30  # the AM process itself stood still (frozen, paused): no tick, no heartbeat read
+    h.c.tick()
+    assert h.c.decision is None and "stood still for 30.0 s" in " ".join(h.c.events.lines())
+    h.clock.now += 1.5
+    h.c.tick()
+    h.clock.now += 1.6  # now the executor really is silent past its 3 s
+    h.c.tick()
+    assert h.c.final_status == "FAILED" and "no heartbeat" in h.c.diagnostics()

@@ -40,6 +40,7 @@ from tony_py.am.policy import Action, Decision
 from tony_py.am.requests import RequestBook
 from tony_py.am.tasks import Container, Failure, FailureKind, Task, TaskState
 from tony_py.config.spec import JobSpec, TaskType
+from tony_py.errors import EXECUTOR_EXITS
 
 
 class JobState(str, enum.Enum):
@@ -112,6 +113,7 @@ class Coordinator:
         self.timeline: dict[str, float] = {"am_started": self.started_at}
         self.dirty = True  # the snapshot for a later AM attempt is out of date
         self.auth_last_seen: Callable[[], dict[str, int]] = dict  # set by the AM: the verifier's memory
+        self.last_tick: float | None = None
 
     # ---- the one place the job's state changes ---------------------------------------------
     def _enter(self, state: JobState, why: str = "") -> None:
@@ -221,7 +223,8 @@ class Coordinator:
                 task.finished_at = self.clock()
             else:
                 kind = policy.container_failure_kind(exit_status)
-                reason = policy.INFRASTRUCTURE_EXITS.get(exit_status) or policy.MEMORY_EXITS.get(exit_status)
+                reason = (policy.INFRASTRUCTURE_EXITS.get(exit_status) or policy.MEMORY_EXITS.get(exit_status)
+                          or EXECUTOR_EXITS.get(exit_status))
                 if reason is None:
                     reason = f"its executor ended without reporting a result (container exit status {exit_status})"
                 detail = (diagnostics or "").strip()
@@ -534,6 +537,14 @@ class Coordinator:
         """The clock's part: heartbeats, and the timeouts that end hangs (rules in policy.py)."""
         with self.lock:
             now = self.clock()
+            stall = policy.am_stall(self.spec, self.last_tick, now)
+            self.last_tick = now
+            if stall:
+                for task in self.tasks.values():
+                    if task.last_heartbeat is not None:
+                        task.last_heartbeat += stall
+                self.events.record(ev.NOTE, f"the AM itself stood still for {stall:.1f} s; executor silence in "
+                                            "that time is not counted")
             if self.state == JobState.FINISHING:
                 self._maybe_done()
                 return

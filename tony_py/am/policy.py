@@ -157,6 +157,15 @@ def blacklist_node(spec: JobSpec, failures_on_node: int) -> bool:
 
 
 # ---- timeouts: each returns why (a message) or None ---------------------------------------------
+def am_stall(spec: JobSpec, last_tick: float | None, now: float) -> float:
+    """How long the AM itself stood still (a GC pause, a frozen VM) beyond its usual tick, or 0:
+    silence from executors during that time is the AM's, not theirs, and must not count."""
+    if last_tick is None:
+        return 0.0
+    gap = now - last_tick
+    return gap if gap > max(2.0, spec.heartbeat_interval_ms / 1000) else 0.0
+
+
 def app_timeout(spec: JobSpec, started_at: float, now: float) -> str | None:
     if spec.timeout_ms > 0 and now - started_at > spec.timeout_ms / 1000:
         return f"the application timed out after {spec.timeout_ms / 1000:.0f} s (tony.application.timeout)"
@@ -180,16 +189,16 @@ def allocation_timeout(spec: JobSpec, pending: list[Task], requested_at: float, 
 def task_timeout(spec: JobSpec, task: Task, now: float) -> tuple[FailureKind, str] | None:
     """Registration, heartbeat and progress timeouts of one task of the current attempt."""
     expiry = spec.heartbeat_interval_ms * spec.max_missed_heartbeats / 1000
-    if (task.state in (TaskState.ALLOCATED, TaskState.LAUNCHED) and task.launched_at
+    if (task.state in (TaskState.ALLOCATED, TaskState.LAUNCHED) and task.launched_at is not None
             and spec.registration_timeout_ms >= 0 and now - task.launched_at > spec.registration_timeout_ms / 1000):
         return (FailureKind.LAUNCH, f"its executor did not register within {spec.registration_timeout_ms / 1000:.0f} s "
                                     "(tony.container.registration.timeout)")
-    if (task.state in (TaskState.REGISTERED, TaskState.RUNNING) and task.last_heartbeat and not task.polling
+    if (task.state in (TaskState.REGISTERED, TaskState.RUNNING) and task.last_heartbeat is not None and not task.polling
             and now - task.last_heartbeat > expiry):
         return (FailureKind.LOST, f"its executor sent no heartbeat for {now - task.last_heartbeat:.1f} s "
                                   f"(tony.task.heartbeat-interval-ms x tony.task.max-missed-heartbeats = {expiry:.1f} s)")
     if task.state == TaskState.RUNNING and spec.progress_timeout_ms > 0:
-        last = task.last_progress or task.started_at or now
+        last = next((t for t in (task.last_progress, task.started_at) if t is not None), now)
         if now - last > spec.progress_timeout_ms / 1000:
             return (FailureKind.TIMEOUT, f"made no progress for {now - last:.1f} s (tony.task.progress-timeout-ms="
                                          f"{spec.progress_timeout_ms}); the process was killed")

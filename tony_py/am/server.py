@@ -38,6 +38,12 @@ MAX_METRICS = 64
 class BadRequest(ValueError):
     """A request that names the wrong things or numbers out of range: 400, nothing changed."""
 
+    status = 400
+
+
+class TooLarge(BadRequest):
+    status = 413
+
 
 class AmHttpServer(ThreadingHTTPServer):
     daemon_threads = True
@@ -113,8 +119,10 @@ class _Handler(BaseHTTPRequestHandler):
             length = int(raw)
         except ValueError:
             raise BadRequest(f"bad Content-Length {raw!r}") from None
-        if length < 0 or length > MAX_BODY:
-            raise BadRequest(f"Content-Length must be 0..{MAX_BODY}")
+        if length < 0:
+            raise BadRequest(f"bad Content-Length {raw!r}")
+        if length > MAX_BODY:
+            raise TooLarge(f"the body is larger than {MAX_BODY} bytes")
         return self.rfile.read(length) if length else b""
 
     def _verified(self, body: bytes) -> tuple[str, int] | None:
@@ -137,7 +145,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self._read_body()
         except BadRequest as exc:
-            return self._send(400, {"error": str(exc)})
+            self.close_connection = True  # what was not read must not be taken for the next request
+            return self._send(exc.status, {"error": str(exc)})
         url = urlparse(self.path)
         if url.path in ("/status.json", "/api/status"):
             trusted, nonce = self._viewer()
@@ -167,7 +176,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             body = self._read_body()
         except BadRequest as exc:
-            return self._send(400, {"error": str(exc)})
+            self.close_connection = True  # what was not read must not be taken for the next request
+            return self._send(exc.status, {"error": str(exc)})
         url = urlparse(self.path)
         if not url.path.startswith("/v1/"):
             return self._send(404, {"error": "not found"})

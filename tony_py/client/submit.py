@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tony_py import appsecret, paths
@@ -31,7 +31,7 @@ from tony_py.client.monitor import FINAL_STATES, Monitor
 from tony_py.client.staging import Resource, Stager, build_runtime_zip, check_local_inputs, sha256_file, zip_src_dir
 from tony_py.config.layers import TonyConf, load_conf
 from tony_py.config.spec import SPEC_FILE, JobSpec, build_job_spec, check_fits, parse_env_list
-from tony_py.config import checks
+from tony_py.config import checks, keys
 from tony_py.config.xmlconf import parse_xml, to_xml
 from tony_py.errors import ConfigError, TonyError, UsageError
 
@@ -50,6 +50,7 @@ class PreparedJob:
     conf: TonyConf
     spec: JobSpec
     task_python: str
+    warnings: list[str] = field(default_factory=list)  # keys TonY-py will not act on
 
 
 def _python_for(args: SubmitArgs) -> str | None:
@@ -88,8 +89,6 @@ def prepare(args: SubmitArgs) -> PreparedJob:
     if command:
         conf.set("tony.containers.command", command, "--executes")
     python = _python_for(args)
-    if python:
-        conf.set("tony.python-exec-path", python, "--python_binary_path")
     spec = build_job_spec(conf)
     check_local_inputs(args.src_dir, args.python_venv)
     if args.executes is not None and not args.executes.strip():
@@ -110,7 +109,7 @@ def prepare(args: SubmitArgs) -> PreparedJob:
                         what="interpreter path")
     checks.launch_value("tony.am.python", conf.get("tony.am.python") or "python3", what="interpreter path")
     _check_final_conf(conf)
-    return PreparedJob(args, conf, spec, task_python)
+    return PreparedJob(args, conf, spec, task_python, keys.review(conf, spec.type_names()))
 
 
 def _check_final_conf(conf: TonyConf) -> None:
@@ -404,6 +403,8 @@ def main(argv: list[str] | None = None, prog: str = "tony submit") -> int:
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv, prog=prog)
         job = prepare(args)
+        for warning in job.warnings:
+            print(f"{prog}: warning: {warning}", file=sys.stderr)
         with ClientGateway() as gw:
             return Submission(gw, job).run()
     except TonyError as exc:

@@ -18,13 +18,15 @@ import re
 from tony_py.errors import ConfigError
 
 # bash interprets these inside double quotes; control characters (newline above all) end lines.
-_LAUNCH_UNSAFE = re.compile(r'["$`\\\x00-\x1f\x7f]')
+# A `$` is allowed only as a variable reference ($NAME, ${NAME}), which YARN documents for
+# container environments (e.g. PATH=$PATH:/opt/bin); $(...), $((...)), $'...' are refused.
+_LAUNCH_UNSAFE = re.compile(r'["`\\\x00-\x1f\x7f]|\$(?!\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_])')
 # Characters XML 1.0 can carry (https://www.w3.org/TR/xml/#charsets), minus lone surrogates.
 _XML_BAD = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def _describe(ch: str) -> str:
-    return {'"': "a double quote", "$": "a '$'", "`": "a backtick", "\\": "a backslash",
+    return {'"': "a double quote", "$": "a '$' that is not a $NAME or ${NAME} reference", "`": "a backtick", "\\": "a backslash",
             "\n": "a newline", "\r": "a carriage return", "\t": "a tab"}.get(ch, f"the character U+{ord(ch):04X}")
 
 
@@ -40,8 +42,8 @@ def launch_value(key: str, value: str, what: str = "value") -> str:
 
 def link_name(key: str, name: str) -> str:
     """A localized resource's name: a plain file name in the container's working dir."""
-    if not name or name in (".", "..") or "/" in name:
-        raise ConfigError(key, f"the resource name {name!r} must be a plain file name (no '/')")
+    if not name or name in (".", "..") or "/" in name or "$" in name:
+        raise ConfigError(key, f"the resource name {name!r} must be a plain file name (no '/' or '$')")
     return launch_value(key, name, what="resource name")
 
 

@@ -44,9 +44,6 @@ class TonyConf:
         for key, value in props.items():
             self.set(key, value, origin, append=append)
 
-    def raw(self, key: str) -> str | None:
-        return self._values.get(key)
-
     def get(self, key: str, default: str | None = None) -> str | None:
         """The value with ${other.key} and ${env.NAME} expanded, as Hadoop does."""
         value = self._values.get(key)

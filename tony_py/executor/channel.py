@@ -12,7 +12,7 @@ import logging
 import time
 import urllib.parse
 
-from tony_py.auth import AuthError, Signer, call_json
+from tony_py.auth import AuthError, Signer, UnsignedAnswer, call_json
 
 log = logging.getLogger("tony.executor.channel")
 
@@ -50,6 +50,10 @@ class AmChannel:
                 if status < 500:
                     raise RequestRefused(status, detail)
                 error: Exception = RuntimeError(f"HTTP {status}: {detail}")
+            except UnsignedAnswer as exc:
+                if exc.status == 413:  # too large to be checked, so unsigned: the details must go
+                    raise RequestRefused(413, "request too large") from None
+                error = exc
             except (AuthError, OSError, TimeoutError, ValueError) as exc:
                 error = exc
             silent = time.monotonic() - self.last_contact

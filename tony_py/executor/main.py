@@ -32,6 +32,7 @@ from pathlib import Path
 from tony_py import appsecret
 from tony_py.auth import Signer, Verifier
 from tony_py.config.spec import SPEC_FILE, JobSpec, TaskId
+from tony_py.errors import EXECUTOR_AM_LOST, EXECUTOR_REFUSED
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.control import ControlServer
 from tony_py.executor.process import UserProcess, describe_returncode, tail
@@ -39,7 +40,7 @@ from tony_py.executor.process import UserProcess, describe_returncode, tail
 log = logging.getLogger("tony.executor")
 
 # What the AM accepts from an error file (its request bodies are capped at 1 MiB).
-MAX_ERROR_FILE_BYTES = 256 * 1024
+MAX_ERROR_FILE_BYTES = 64 << 20  # parsed whole up to this size, then cut field by field
 MAX_ERROR_TEXT = 4000
 MAX_TRACEBACK = 16000
 # Variables that are the executor's business, not the user process's.
@@ -267,10 +268,10 @@ class Executor:
             except AmUnreachable as exc:
                 log.error("%s; killing the user process and exiting", exc)
                 self._stop_child()
-                return 3
+                return EXECUTOR_AM_LOST
             except RequestRefused as exc:
                 log.error("the AM refused a call: %s; exiting", exc)
-                return 4
+                return EXECUTOR_REFUSED
 
     def report_setup_failure(self, attempt: int, what: str, exc: Exception) -> int:
         """The task cannot start at all (its src_dir cannot be unpacked, …): say why, as a

@@ -26,10 +26,16 @@ def main():
     p.add_argument("--progress", action="store_true", help="report progress every 0.5 s while waiting")
     p.add_argument("--hang", default="", help="comma-separated tasks that block forever without progress")
     p.add_argument("--spawn", default="", help="comma-separated tasks that start a `sleep` grandchild")
+    p.add_argument("--until-file", default="", help="wait (forever) until this file exists, then go on")
+    p.add_argument("--huge-error", default="", help="comma-separated tasks that write a 2 MB error file and exit 3")
+    p.add_argument("--marker", default="", help="recorded as is (tells which command ran)")
     args = p.parse_args()
     me = f"{os.environ['JOB_NAME']}:{os.environ['TASK_INDEX']}"
     record = {k: os.environ.get(k) for k in VARS}
+    record["all_env"] = dict(os.environ)
+    record["argv"] = sys.argv[1:]
     record["cwd_files"] = sorted(os.listdir("."))
+    record["cwd_dirs"] = sorted(n for n in os.listdir(".") if os.path.isdir(n))
     record["pid"] = os.getpid()
     if me in args.spawn.split(","):
         record["grandchild_pid"] = subprocess.Popen(["sleep", "600"]).pid
@@ -60,6 +66,13 @@ def main():
                 Path(os.environ["TONY_PROGRESS_FILE"]).touch()
             time.sleep(0.5)
 
+    if me in args.huge_error.split(","):
+        with open(os.environ["TONY_ERROR_FILE"], "w") as f:
+            json.dump({"type": "HugeError", "message": "m" * 2_000_000, "traceback": "t" * 100}, f)
+        sys.exit(3)
+    if args.until_file:
+        while not os.path.exists(args.until_file):
+            time.sleep(0.1)
     if me in args.hang.split(","):
         while True:
             time.sleep(1)

@@ -1,0 +1,85 @@
+"""A coordinator wired to a fake cluster port and a fake clock, for the unit tests of the AM."""
+
+from tony_py.am.coordinator import Coordinator
+from tony_py.config.layers import load_conf
+from tony_py.config.spec import build_job_spec
+
+
+class FakePort:
+    def __init__(self):
+        self.requests, self.launched, self.stopped, self.released, self.cancelled = [], [], [], [], []
+        self.blacklisted = []
+
+    def request(self, request_id, task_type, count):
+        self.requests.append((task_type.name, count))
+
+    def cancel_requests(self, request_id):
+        self.cancelled.append(request_id)
+
+    def launch(self, container_id, launch_spec):
+        self.launched.append(container_id)
+
+    def stop(self, container_id):
+        self.stopped.append(container_id)
+
+    def release(self, container_id):
+        self.released.append(container_id)
+
+    def set_progress(self, progress):
+        self.progress = progress
+
+    def set_heartbeat_interval(self, ms):
+        pass
+
+    def blacklist(self, node_id):
+        self.blacklisted.append(node_id)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+class Harness:
+    def __init__(self, tmp_path, *overrides, start=True):
+        conf = load_conf(None, ["tony.containers.command=python t.py", *overrides], env={}, cwd=tmp_path)
+        self.spec = build_job_spec(conf)
+        self.port = FakePort()
+        self.clock = Clock()
+        self.c = Coordinator(self.spec, self.port, lambda task: {"task": task.name}, clock=self.clock)
+        if start:
+            self.c.start()
+        self.n = 0
+        self.containers = {}
+
+    def allocate(self, type_name):
+        self.n += 1
+        cid = f"container_{self.n}"
+        self.c.on_allocated({"id": cid, "node_id": f"node{self.n}:1", "host": f"host{self.n}",
+                             "node_http": f"host{self.n}:8042", "resource": {},
+                             "allocation_request_id": self.c.book.ids[type_name], "priority": 0})
+        return cid
+
+    def bring_up(self):
+        """Allocate, start and register every task; return {task: container}."""
+        for task_type in self.spec.types:
+            for _ in range(task_type.instances):
+                self.allocate(task_type.name)
+        for name, task in self.c.tasks.items():
+            self.containers[name] = task.container.id
+            self.c.on_started(task.container.id)
+        for i, name in enumerate(self.c.tasks):
+            assert self.c.register(name, 0, self.containers[name], 2000 + i, None) == {"ok": True, "attempt": 0}
+        for name in self.c.tasks:
+            assert "cluster" in self.c.wait_spec(name, 0, self.containers[name], 0)
+            self.c.task_started(name, 0, self.containers[name], 100)
+        return self.containers
+
+    def result(self, name, code=0, signal=None, attempt=0, stderr=""):
+        return self.c.report_result(name, attempt, self.containers[name], code, signal, stderr)
+
+    def complete(self, name, status=0):
+        self.c.on_completed(self.containers[name], status, "")

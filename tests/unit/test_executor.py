@@ -1,0 +1,93 @@
+"""The executor's pure parts: error files, unpacking src_dir, the user's environment."""
+
+import json
+import os
+import stat
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tony_py.am.server import MAX_BODY
+from tony_py.executor.main import (MAX_ERROR_TEXT, MAX_TRACEBACK, Settings, UnpackError, _describe_command,
+                                   read_error_file, unpack_src, user_env)
+from tony_py.executor.process import tail
+
+
+def test_a_huge_error_file_is_cut_to_what_the_am_accepts(tmp_path):
+    path = tmp_path / "err.json"
+    path.write_text(json.dumps({"type": "ValueError", "message": "x" * 2_000_000, "traceback": "t" * 2_000_000,
+                                "time": 12.5}))
+    error = read_error_file(str(path))
+    assert error["type"] == "ValueError" and error["time"] == 12.5
+    assert len(error["message"]) < MAX_ERROR_TEXT + 100 and "more characters" in error["message"]
+    assert len(error["traceback"]) < MAX_TRACEBACK + 100
+    # the whole result the executor sends stays well under the AM's body limit
+    stderr = tmp_path / "stderr"
+    stderr.write_bytes(os.urandom(1 << 20))
+    body = {"task": "worker:0", "attempt": 0, "container": "c" * 60, "exit_code": 1, "signal": None,
+            "stderr_tail": tail(stderr), "error": error, "metrics": {f"m{i}": 1.0 for i in range(10)}}
+    assert len(json.dumps(body).encode()) < MAX_BODY // 4
+
+
+def test_an_unreadable_error_file_still_says_something(tmp_path):
+    path = tmp_path / "err.json"
+    path.write_bytes(b"{not json" + b"\xff" * 10)
+    assert read_error_file(str(path))["message"].startswith("unreadable error file")
+    assert read_error_file(str(tmp_path / "missing.json")) is None
+
+
+def _zip(path: Path, entries: list[tuple[str, bytes, int]]) -> str:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data, mode in entries:
+            info = zipfile.ZipInfo(name)
+            info.external_attr = mode << 16
+            zf.writestr(info, data)
+    return path.name
+
+
+def test_src_dir_never_writes_through_a_localized_link(tmp_path):
+    cache = tmp_path / "nm-cache" / "venv"  # the NodeManager's shared copy behind the link
+    cache.mkdir(parents=True)
+    cwd = tmp_path / "container"
+    cwd.mkdir()
+    (cwd / "venv").symlink_to(cache)
+    name = _zip(cwd / "src.zip", [("train.py", b"x", 0o100644), ("venv/bin/python", b"evil", 0o100755)])
+    with pytest.raises(UnpackError, match="venv/bin/python.*'venv'"):
+        unpack_src(name, cwd)
+    assert list(cache.iterdir()) == []
+
+
+def test_src_dir_links_are_skipped_and_modes_masked(tmp_path):
+    name = _zip(tmp_path / "src.zip", [
+        ("run.sh", b"#!/bin/sh\n", 0o104777),  # setuid, world-writable
+        ("data", b"/etc/passwd", stat.S_IFLNK | 0o777),  # a symbolic link entry
+        ("lib/util.py", b"pass", 0o100664),
+    ])
+    unpack_src(name, tmp_path)
+    assert stat.S_IMODE((tmp_path / "run.sh").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "lib/util.py").stat().st_mode) == 0o644
+    assert not (tmp_path / "data").exists() and not (tmp_path / "data").is_symlink()
+
+
+def _settings(**overrides) -> Settings:
+    values = dict(task="worker:0", am_url="http://am:1", secret="s" * 64, container_id="c1", command="python t.py",
+                  execution_env={}, heartbeat_s=1, metrics_interval_s=5, execution_timeout_s=0, registry_timeout_s=0,
+                  reserve_tb_port=False, src_zip=None, runtime_dir="/w/tony_runtime", log_dir=Path("."),
+                  am_lost_timeout_s=60)
+    values.update(overrides)
+    return Settings(**values)
+
+
+def test_shell_env_pythonpath_is_combined_with_the_runtime(tmp_path):
+    base = {"PYTHONPATH": "/w/tony_runtime:/w/tony_runtime/deps", "MALLOC_ARENA_MAX": "4", "TONY_SRC_ZIP": "z"}
+    env = user_env(_settings(execution_env={"PYTHONPATH": "/data/libs"}), base, {}, 0, tmp_path)
+    assert env["PYTHONPATH"] == "/data/libs:/w/tony_runtime"  # the user's first; tony_py.task still importable
+    assert "MALLOC_ARENA_MAX" not in env and "TONY_SRC_ZIP" not in env
+    assert user_env(_settings(), base, {}, 0, tmp_path)["PYTHONPATH"] == "/w/tony_runtime"
+
+
+def test_the_log_line_names_the_script_not_its_arguments():
+    script, count = _describe_command("/venv/bin/python train.py --password hunter2 --lr 0.1")
+    assert (script, count) == ("train.py", 4)
+    assert "hunter2" not in script

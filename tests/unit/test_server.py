@@ -1,0 +1,149 @@
+"""The AM's HTTP server, for real on loopback, in front of a real coordinator (fake cluster port):
+signatures, replays, numbers, body limits, the connection cap and who sees what."""
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from harness import Harness
+from tony_py.am import report
+from tony_py.am import server as server_module
+from tony_py.am.server import AmHttpServer
+from tony_py.auth import Signer, UnsignedAnswer, Verifier, call_json
+from tony_py.executor.channel import AmChannel, RequestRefused
+
+SECRET = "a1" * 32
+
+
+@pytest.fixture
+def am(tmp_path):
+    """A running server; `am.url`, `am.h` (the coordinator harness), `am.signer`."""
+    h = Harness(tmp_path, "tony.worker.instances=1")
+    h.containers["worker:0"] = h.allocate("worker")
+    h.c.on_started(h.containers["worker:0"])
+
+    def status(trusted):
+        data = h.c.status(lambda t: "http://nm/logs")
+        return data if trusted else report.public_view(data)
+
+    srv = AmHttpServer(("127.0.0.1", 0), h.c, Verifier(SECRET), status, trusted_addresses=frozenset({"127.0.0.9"}),
+                       max_connections=3)
+    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    srv.h, srv.url, srv.signer = h, f"http://127.0.0.1:{srv.port}", Signer(SECRET, h.containers["worker:0"])
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def raw_request(port: int, data: bytes, timeout: float = 5) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        chunks = []
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def register_body(am, **extra):
+    return {"task": "worker:0", "attempt": 0, "container": am.h.containers["worker:0"], "port": 2000, **extra}
+
+
+def test_only_signed_fresh_requests_are_obeyed_and_answers_are_signed(am):
+    status, answer = call_json(am.signer, am.url, "POST", "/v1/register", register_body(am), 5)
+    assert status == 200 and answer["ok"]  # and call_json checked the answer's signature
+    stranger = Signer("b2" * 32, am.signer.principal)
+    with pytest.raises(UnsignedAnswer) as refused:
+        call_json(stranger, am.url, "POST", "/v1/heartbeat", register_body(am), 5)
+    assert refused.value.status == 401
+    # a captured request replayed byte for byte is refused
+    body = json.dumps(register_body(am)).encode()
+    headers, _ = am.signer.sign("POST", "/v1/heartbeat", body)
+    request = (f"POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
+               + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode() + body
+    assert raw_request(am.port, request, timeout=1).startswith(b"HTTP/1.1 200")
+    assert raw_request(am.port, request, timeout=1).startswith(b"HTTP/1.1 401")
+    # the old bearer token means nothing
+    bearer = b"POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2\r\nAuthorization: Bearer " \
+             + SECRET.encode() + b"\r\n\r\n{}"
+    assert raw_request(am.port, bearer, timeout=1).startswith(b"HTTP/1.1 401")
+
+
+@pytest.mark.parametrize("target,words", [
+    ("/v1/spec?task=worker:0&attempt=0&timeout=nan", "finite"),
+    ("/v1/spec?task=worker:0&attempt=0&timeout=inf", "finite"),
+    ("/v1/spec?task=worker:0&attempt=x", "attempt must be a number"),
+    ("/v1/spec?attempt=0", "task is required"),
+])
+def test_numbers_from_requests_are_finite_and_checked(am, target, words):
+    started = time.monotonic()
+    status, answer = call_json(am.signer, am.url, "GET", target, None, 5)
+    assert status == 400 and words in answer["error"]
+    assert time.monotonic() - started < 2  # refused, not waited on
+
+
+def test_durations_are_clamped_identifiers_are_not(am):
+    assert call_json(am.signer, am.url, "GET", "/v1/spec?task=worker:0&attempt=0&timeout=-9", None, 5)[0] == 204
+    for bad in ({"port": 70000}, {"port": 0}, {"tb_port": 1.5}, {"attempt": -1}):
+        status, answer = call_json(am.signer, am.url, "POST", "/v1/register", register_body(am, **bad), 5)
+        assert status == 400, bad
+    status, answer = call_json(am.signer, am.url, "POST", "/v1/heartbeat",
+                               register_body(am, metrics={"rss": float("nan")}), 5)
+    assert status == 400 and "finite" in answer["error"]
+
+
+def test_body_limits(am):
+    no_length = b"POST /v1/result HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    assert b"Content-Length is required" in raw_request(am.port, no_length, timeout=1)
+    negative = b"POST /v1/result HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: -5\r\n\r\n"
+    assert raw_request(am.port, negative, timeout=1).startswith(b"HTTP/1.1 400")
+    huge = b"POST /v1/result HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 99999999\r\n\r\n"
+    assert raw_request(am.port, huge, timeout=1).startswith(b"HTTP/1.1 413")
+
+
+def test_a_result_too_large_to_check_is_sent_again_without_its_details(am):
+    channel = AmChannel(am.url, am.signer, give_up_after_s=5)
+    body = register_body(am, exit_code=3, stderr_tail="e" * (server_module.MAX_BODY + 10))
+    with pytest.raises(RequestRefused) as refused:
+        channel.post("/v1/result", body)
+    assert refused.value.status == 413
+    answer = channel.post("/v1/result", {k: body[k] for k in ("task", "attempt", "container", "exit_code")})
+    assert answer["action"] == "exit"  # the exit code arrived: the job is decided
+    assert am.h.c.tasks["worker:0"].exit_code == 3
+
+
+def test_idle_connections_are_capped_and_timed_out(am, monkeypatch):
+    monkeypatch.setattr(server_module._Handler, "timeout", 0.5)
+    idle = [socket.create_connection(("127.0.0.1", am.port)) for _ in range(3)]
+    try:
+        time.sleep(0.1)
+        assert raw_request(am.port, b"GET /status.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", timeout=1).startswith(
+            b"HTTP/1.1 503")
+        time.sleep(1.0)  # the silent ones are dropped after the request timeout
+        assert raw_request(am.port, b"GET /status.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                           timeout=2).startswith(b"HTTP/1.1 200")
+    finally:
+        for s in idle:
+            s.close()
+
+
+def test_anonymous_viewers_see_states_only(am):
+    am.h.c.report_result("worker:0", 0, am.h.containers["worker:0"], 3, None, stderr_tail="password=hunter2")
+    anonymous = json.loads(raw_request(am.port, b"GET /status.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                           .split(b"\r\n\r\n", 1)[1])
+    assert anonymous["tasks"] == [{"name": "worker:0", "type": "worker", "index": 0, "state": "FAILED",
+                                   "tracked": True, "attempt": 0}]
+    assert "hunter2" not in json.dumps(anonymous) and "diagnostics" not in anonymous
+    status, full = call_json(am.signer, am.url, "GET", "/status.json", None, 5)
+    assert "hunter2" in full["diagnostics"] and full["tasks"][0]["host"] == "host1"
+    am.trusted_addresses = frozenset({"127.0.0.1"})  # as if this were YARN's web proxy
+    proxied = raw_request(am.port, b"GET /status.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert b"hunter2" in proxied

@@ -1,0 +1,201 @@
+"""What the client refuses before anything touches a cluster: every value that would break a job
+after submission, named by its key or flag (exit code 2). Pure logic: no cluster, no JVM."""
+
+import json
+import signal
+import sys
+import zipfile
+
+import pytest
+
+from tony_py.bridge.interrupts import InterruptGuard
+from tony_py.client.flags import parse_args
+from tony_py.client.submit import prepare
+from tony_py.config.layers import load_conf
+from tony_py.config.model import ModelError
+from tony_py.config.spec import JobSpec, build_job_spec, check_fits
+from tony_py.errors import ConfigError, UsageError
+
+
+@pytest.fixture
+def src(tmp_path):
+    d = tmp_path / "src"
+    d.mkdir()
+    (d / "train.py").write_text("print('hi')\n")
+    return d
+
+
+def submit_args(src, *extra):
+    return parse_args(["--src_dir", str(src), "--executes", "train.py", "--python_binary_path", sys.executable,
+                       "--conf", "tony.worker.instances=1", *extra])
+
+
+# ---- flags reach their fields (all three of TonY's spellings) ------------------------------------
+@pytest.mark.parametrize("style", ["single-dash", "double-dash", "equals"])
+def test_every_flag_form_reaches_its_field(style, src, tmp_path):
+    conf_file = tmp_path / "job.xml"
+    conf_file.write_text("<configuration><property><name>tony.worker.memory</name><value>3g</value></property>"
+                         "</configuration>")
+    flags = [("src_dir", str(src)), ("executes", "train.py"), ("python_binary_path", sys.executable),
+             ("task_params", "--lr 0.1"), ("shell_env", "A=1"), ("container_env", "B=2"),
+             ("conf_file", str(conf_file)), ("conf", "tony.worker.instances=3"), ("hdfs_classpath", "/libs")]
+    argv = []
+    for name, value in flags:
+        argv += {"single-dash": [f"-{name}", value], "double-dash": [f"--{name}", value],
+                 "equals": [f"--{name}={value}"]}[style]
+    args = parse_args(argv)
+    assert (args.src_dir, args.executes, args.task_params, args.hdfs_classpath) == (str(src), "train.py", "--lr 0.1",
+                                                                                   "/libs")
+    assert (args.shell_env, args.container_env, args.conf, args.conf_file) == (
+        ["A=1"], ["B=2"], ["tony.worker.instances=3"], str(conf_file))
+    spec = prepare(args).spec
+    assert spec.command == f"{sys.executable} train.py --lr 0.1"
+    assert spec.execution_env == {"A": "1"} and spec.container_env == {"B": "2"}
+    assert spec.type("worker").instances == 3 and spec.type("worker").resources.memory_mb == 3072
+
+
+# ---- values that would break the job after submission -------------------------------------------
+@pytest.mark.parametrize("extra,key", [
+    (["--task_params", "--tag a\x01b"], "tony.containers.command"),
+    (["--conf", "tony.application.name=bad\x07name"], "tony.application.name"),
+    (["--conf", "tony.application.tags=x\x0cy"], "tony.application.tags"),
+])
+def test_control_characters_that_xml_cannot_hold_are_refused(src, extra, key):
+    with pytest.raises(ConfigError) as err:
+        prepare(submit_args(src, *extra))
+    assert err.value.key == key and "control character" in str(err.value)
+
+
+def test_undecodable_argv_bytes_are_refused_naming_the_flag(src):
+    bad = b"--lr \xff\xfe".decode("utf-8", "surrogateescape")  # what Python makes of non-UTF-8 argv
+    with pytest.raises(UsageError, match="--task_params: .* is not valid UTF-8"):
+        submit_args(src, "--task_params", bad)
+
+
+@pytest.mark.parametrize("value,what", [
+    ("X=a$(touch /tmp/pwned)", "a '$' that is not a $NAME"),
+    ("X=`id`", "a backtick"),
+    ("X=ends with\\", "a backslash"),
+    ('X=say "hi"', "a double quote"),
+])
+def test_container_env_values_that_bash_would_interpret_are_refused(src, value, what):
+    with pytest.raises(ConfigError) as err:
+        prepare(submit_args(src, "--container_env", value))
+    assert err.value.key == "--container_env" and what in str(err.value)
+
+
+def test_the_same_check_guards_every_launch_script_value(src, tmp_path):
+    with pytest.raises(ConfigError, match="tony.am.python.*double quote"):
+        prepare(submit_args(src, "--conf", 'tony.am.python=/opt/py"thon'))
+    with pytest.raises(ConfigError, match="tony.containers.envs.*'\\$'"):
+        prepare(submit_args(src, "--conf", "tony.containers.envs=X=$((1+1))"))
+    assert prepare(submit_args(src, "--container_env", "PATH=$PATH:/opt/bin")).spec.container_env == {
+        "PATH": "$PATH:/opt/bin"}  # a variable reference is YARN's documented feature
+    odd = tmp_path / "data$1.txt"
+    odd.write_text("x")
+    with pytest.raises(ConfigError, match="tony.containers.resources"):
+        prepare(submit_args(src, "--conf", f"tony.containers.resources={odd}"))
+
+
+@pytest.mark.parametrize("name", ["venv", "tony_runtime", "tony-final.xml", "tony-spec.json", "tony-secret"])
+def test_src_dir_entries_named_like_localized_resources_are_refused(src, name):
+    (src / name).mkdir()
+    with pytest.raises(UsageError, match=f"--src_dir .*'{name}'"):
+        prepare(submit_args(src))
+
+
+def test_src_dir_zip_and_resource_names_are_checked_too(src, tmp_path):
+    (tmp_path / "vocab.txt").write_text("a")
+    archive = tmp_path / "src.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("train.py", "print(1)")
+        zf.writestr("vocab.txt/evil", "x")
+    with pytest.raises(UsageError, match="'vocab.txt'"):
+        prepare(parse_args(["--src_dir", str(archive), "--executes", "train.py", "--conf", "tony.worker.instances=1",
+                            "--conf", f"tony.containers.resources={tmp_path / 'vocab.txt'}"]))
+
+
+# ---- config errors name their file; keys TonY-py ignores are named ------------------------------
+def test_a_config_error_names_the_file_that_set_the_key(src, tmp_path):
+    conf_file = tmp_path / "job.xml"
+    conf_file.write_text("<configuration><property><name>tony.worker.memory</name><value>lots</value></property>"
+                         "</configuration>")
+    with pytest.raises(ConfigError) as err:
+        prepare(submit_args(src, "--conf_file", str(conf_file)))
+    assert str(err.value).startswith(f"tony.worker.memory (set in {conf_file}): bad memory size")
+
+
+def test_unsupported_and_mistyped_keys_get_one_warning_each(src):
+    job = prepare(submit_args(src, "--conf", "tony.task.executor.jvm.opts=-Xmx2g",
+                              "--conf", "tony.application.timout=1000", "--conf", "tony.wroker.memory=4g",
+                              "--conf", "tony.chief.memory=2g", "--conf", "tony.frobnicate=1"))
+    text = "\n".join(job.warnings)
+    assert len(job.warnings) == 4, text
+    assert "tony.task.executor.jvm.opts (set in --conf): a TonY setting with no effect in TonY-py" in text
+    assert "tony.application.timout (set in --conf): unknown key, ignored; did you mean tony.application.timeout?" \
+        in text
+    assert "tony.wroker.memory (set in --conf): the job has no type 'wroker'; did you mean tony.worker.memory?" in text
+    assert "tony.frobnicate (set in --conf): unknown key, ignored" in text
+    assert "tony.chief.memory" not in text  # a type without instances: TonY's normal, silent case
+
+
+# ---- node labels ----------------------------------------------------------------------------------
+def _spec(tmp_path, *overrides):
+    return build_job_spec(load_conf(None, ["tony.containers.command=x", "tony.worker.instances=1", *overrides],
+                                    env={}, cwd=tmp_path))
+
+
+def test_a_node_label_no_running_node_carries_is_refused(tmp_path):
+    cluster = {"resource_types": ["memory-mb", "vcores"], "nodes": [
+        {"id": "n1:1", "labels": [], "capability": {"memory-mb": 8192, "vcores": 8}},
+        {"id": "n2:1", "labels": ["gpu"], "capability": {"memory-mb": 8192, "vcores": 8}}]}
+    check_fits(_spec(tmp_path, "tony.worker.node-label=gpu"), cluster)
+    with pytest.raises(ConfigError) as err:
+        check_fits(_spec(tmp_path, "tony.worker.node-label=tpu"), cluster)
+    assert err.value.key == "tony.worker.node-label" and "labels on running nodes: gpu" in str(err.value)
+    with pytest.raises(ConfigError, match="tony.application.node-label.*labels on running nodes: none"):
+        check_fits(_spec(tmp_path, "tony.application.node-label=big"),
+                   {"resource_types": [], "nodes": [cluster["nodes"][0]]})
+
+
+# ---- the job spec file ------------------------------------------------------------------------------
+def test_spec_to_file_to_spec_is_identity(src, tmp_path):
+    spec = prepare(submit_args(src, "--conf", "tony.ps.instances=2", "--conf", "tony.worker.gpus=1",
+                               "--shell_env", "A=1", "--conf", "tony.application.tags=a,b")).spec
+    path = tmp_path / "tony-spec.json"
+    path.write_text(json.dumps(spec.to_dict()))
+    assert JobSpec.from_dict(json.loads(path.read_text())) == spec
+
+
+@pytest.mark.parametrize("mutate,words", [
+    (lambda d: d.update(surprise=1), "unknown key(s) surprise"),
+    (lambda d: d.pop("queue"), "missing key(s) queue"),
+    (lambda d: d.update(timeout_ms="10"), "JobSpec.timeout_ms: expected a whole number"),
+    (lambda d: d["types"][0].update(instances=0), "bad job type"),
+    (lambda d: d["types"][0]["resources"].update(memory_mb=True), "memory_mb: expected a whole number"),
+    (lambda d: d.update(framework="caffe"), "framework 'caffe'"),
+])
+def test_a_spec_file_that_is_not_ours_is_refused_whole(src, mutate, words):
+    data = prepare(submit_args(src)).spec.to_dict()
+    mutate(data)
+    with pytest.raises(ModelError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        JobSpec.from_dict(data)
+
+
+# ---- signals never land inside a bridge call --------------------------------------------------------
+def test_a_signal_during_a_bridge_call_is_raised_after_it(monkeypatch):
+    guard = InterruptGuard()
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # do not touch the test runner's handlers
+    guard.install()
+    finished = []
+    with pytest.raises(KeyboardInterrupt):
+        with guard.shielded():
+            guard._handle(signal.SIGINT, None)  # arrives mid-call: remembered, not raised
+            finished.append("the call completed")
+    assert finished == ["the call completed"]
+    with guard.cleanup():  # while cleaning up, nothing is raised at all
+        guard._handle(signal.SIGTERM, None)
+        with guard.shielded():
+            pass
+    with pytest.raises(KeyboardInterrupt):  # outside both: at once
+        guard._handle(signal.SIGHUP, None)
