@@ -199,3 +199,32 @@ def test_a_signal_during_a_bridge_call_is_raised_after_it(monkeypatch):
             pass
     with pytest.raises(KeyboardInterrupt):  # outside both: at once
         guard._handle(signal.SIGHUP, None)
+
+
+# ---- odd input of every kind: a one-line TonyError or a job, never anything else -----------------
+ODD = ["", " ", "=", "==", "a=b=c", "-", "--", "\x00", "\udcff", "é", "😀", "x" * 5000, "${", "${tony.x}", "$(id)",
+       "`id`", "\\", '"', "'", "\n", "-1", "1e9", "nan", "inf", "0x10", "1_000", "２", "1.5", "hdfs://", "://",
+       "/", "..", "../../etc/passwd", "tony.worker.instances", "tony.worker.instances=", "tony.=1", "tony..x=1"]
+KEYS = ["tony.worker.instances", "tony.worker.memory", "tony.worker.vcores", "tony.worker.gpus",
+        "tony.application.framework", "tony.application.distributed-mode", "tony.am.retry-count",
+        "tony.application.timeout", "tony.containers.envs", "tony.execution.envs", "tony.containers.resources",
+        "tony.application.retryable-exit-codes", "tony.worker.command", "tony.application.name",
+        "tony.staging.cache-visibility", "tony.task.heartbeat-interval-ms", "tony.X.instances", "tony.worker.node-label"]
+
+
+def test_odd_values_end_in_a_one_line_error_or_a_valid_job(src):
+    from tony_py.errors import TonyError
+
+    outcomes = {"ok": 0, "refused": 0}
+    for key in KEYS:
+        for value in ODD:
+            for argv in (["--conf", f"{key}={value}"], ["--task_params", value], ["--shell_env", value],
+                         ["--container_env", value], ["--executes", value or "train.py"]):
+                try:
+                    job = prepare(submit_args(src, *argv))
+                    job.spec.validate()
+                    outcomes["ok"] += 1
+                except TonyError as exc:
+                    assert str(exc) and "\n" not in str(exc).strip(), (argv, exc)
+                    outcomes["refused"] += 1
+    assert outcomes["ok"] > 100 and outcomes["refused"] > 100, outcomes

@@ -77,6 +77,10 @@ def prepare(args: SubmitArgs) -> PreparedJob:
     """Everything that can be checked without a cluster; raises UsageError on bad input."""
     if args.sidecar_tensorboard_log_dir:
         raise UsageError("--sidecar_tensorboard_log_dir: the TensorBoard sidecar is not supported yet")
+    for flag, value in (("--src_dir", args.src_dir), ("--python_venv", args.python_venv),
+                        ("--conf_file", args.conf_file), ("--executes", (args.executes or "").split(" ")[0])):
+        if value and "://" not in value:
+            checks.local_path(flag, value)
     conf = load_conf(args.conf_file, args.conf)
     for flag, key, values in (
         ("--shell_env", "tony.execution.envs", args.shell_env),
@@ -96,7 +100,7 @@ def prepare(args: SubmitArgs) -> PreparedJob:
     if args.executes and python and args.src_dir and Path(args.src_dir).is_dir():
         script = args.executes.split()[0]
         if not (Path(args.src_dir) / script).exists():
-            raise UsageError(f"--executes {args.executes}: {script} is not in --src_dir {args.src_dir}")
+            raise UsageError(f"--executes {args.executes[:200]}: {script[:200]} is not in --src_dir {args.src_dir}")
     if args.hdfs_classpath:
         for entry in args.hdfs_classpath.split(","):
             if entry.strip() and "://" not in entry and not entry.strip().startswith("/"):
@@ -161,7 +165,7 @@ def _check_resources(conf: TonyConf, spec: JobSpec) -> set[str]:
             if not entry.strip():
                 continue
             path, name, _ = _parse_resource_entry(entry.strip())
-            if "://" not in path and not Path(path).exists():
+            if "://" not in path and not Path(checks.local_path(key, path)).exists():
                 raise UsageError(f"{key}: {path} does not exist")
             base = path.rstrip("/").rsplit("/", 1)[-1]
             link = name or base

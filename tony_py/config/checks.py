@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from tony_py.errors import ConfigError
+from tony_py.errors import ConfigError, UsageError
 
 # bash interprets these inside double quotes; control characters (newline above all) end lines.
 # A `$` is allowed only as a variable reference ($NAME, ${NAME}), which YARN documents for
@@ -56,4 +56,15 @@ def xml_text(key: str, value: str) -> str:
             raise ConfigError(key, f"{value[:80]!r} is not valid UTF-8 text (it came in as undecodable bytes)")
         raise ConfigError(key, f"{value[:80]!r} contains the control character U+{ord(ch):04X}, which a "
                                "Hadoop configuration file cannot hold")
+    return value
+
+
+def local_path(flag: str, value: str) -> str:
+    """A path on this machine that the OS can look up (an over-long name is not 'missing', it
+    is an error stat() raises, which must be a clear message, not a traceback)."""
+    if len(value.encode(errors="surrogateescape")) > 4095 or any(
+            len(part.encode(errors="surrogateescape")) > 255 for part in value.split("/")):
+        raise UsageError(f"{flag} {value[:60]!r}...: the path or one of its names is too long")
+    if "\x00" in value:
+        raise UsageError(f"{flag}: the path contains a NUL character")
     return value
