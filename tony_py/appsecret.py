@@ -9,6 +9,7 @@ find it lying around either.
 
 from __future__ import annotations
 
+import os
 import secrets
 from pathlib import Path
 
@@ -17,6 +18,14 @@ SECRET_FILE = "tony-secret"
 
 def generate() -> str:
     return secrets.token_hex(32)
+
+
+def write(path: Path, value: str) -> None:
+    """Create a secret file readable by its owner only, atomically with its mode (O_EXCL: never
+    through an existing file or link)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value)
 
 
 def take(cwd: Path | None = None) -> str:

@@ -33,7 +33,7 @@ CASES = {
     "am bigger than any node": (["--conf", "tony.am.vcores=64"], "tony.am.vcores"),
     "missing resource": (["--conf", "tony.worker.resources=/nonexistent/vocab.txt"], "tony.worker.resources"),
     "clashing resource names": (["--conf", "tony.containers.resources={malformed}::data,{bomb}::data"],
-                                "is used twice"),
+                                "names two different files"),
     "reserved resource name": (["--conf", "tony.containers.resources={malformed}::venv"], "is reserved"),
     "unknown queue": (["--conf", "tony.yarn.queue=no-such-queue"], "tony.yarn.queue"),
     "missing remote src_dir": (["--src_dir", "hdfs:///no/such/src.zip"], "--src_dir"),

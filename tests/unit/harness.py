@@ -2,7 +2,7 @@
 
 from tony_py.am.coordinator import Coordinator
 from tony_py.config.layers import load_conf
-from tony_py.config.spec import build_job_spec
+from tony_py.config.build import build_job_spec
 
 
 class FakePort:

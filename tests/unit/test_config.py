@@ -3,7 +3,9 @@ import textwrap
 import pytest
 
 from tony_py.config.layers import load_conf
-from tony_py.config.spec import TaskId, build_job_spec, check_fits, parse_memory_mb
+from tony_py.config.build import build_job_spec, parse_memory_mb
+from tony_py.config.fit import check_fits
+from tony_py.config.spec import TaskId
 from tony_py.errors import ConfigError, UsageError
 
 
@@ -91,9 +93,11 @@ def test_bad_values_name_the_key(tmp_path, override, key):
     assert key in str(err.value)
 
 
-def test_no_tasks_is_an_error(tmp_path):
-    with pytest.raises(ConfigError, match="tony.<type>.instances"):
-        spec_from(tmp_path)
+def test_no_instances_is_a_single_node_job(tmp_path):
+    spec = spec_from(tmp_path, ["tony.am.memory=3g"])
+    assert spec.single_node and [str(t) for t in spec.tasks()] == ["driver:0"]
+    assert spec.type("driver").resources.memory_mb == 3072  # it runs in the AM's container
+    assert spec_from(tmp_path, ["tony.worker.instances=0"]).single_node
 
 
 def test_missing_command_is_an_error(tmp_path):

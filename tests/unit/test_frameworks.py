@@ -2,7 +2,8 @@ import json
 
 from tony_py import frameworks
 from tony_py.config.layers import load_conf
-from tony_py.config.spec import TaskId, build_job_spec
+from tony_py.config.build import build_job_spec
+from tony_py.config.spec import TaskId
 
 
 def spec(tmp_path, *overrides):

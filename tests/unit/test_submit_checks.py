@@ -13,7 +13,9 @@ from tony_py.client.flags import parse_args
 from tony_py.client.submit import prepare
 from tony_py.config.layers import load_conf
 from tony_py.config.model import ModelError
-from tony_py.config.spec import JobSpec, build_job_spec, check_fits
+from tony_py.config.build import build_job_spec
+from tony_py.config.fit import check_fits
+from tony_py.config.spec import JobSpec
 from tony_py.errors import ConfigError, UsageError
 
 

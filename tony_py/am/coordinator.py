@@ -4,6 +4,8 @@ Job states (`JobState`; `_enter` is the only place the state changes, and refuse
 transition not in TRANSITIONS):
 
     ALLOCATING ──every task registered (GANG) / a first task's spec served (FCFS)──▶ RUNNING
+        │   ▲                                                                      │
+        │   └──── the prepare stage succeeded: the training stage is requested ◀───┤
         │                                                                          │
         │            retryable failure, restarts left (policy.after_failure)       │
         ├───────────────────────────────▶ RESTARTING ◀─────────────────────────────┤
@@ -53,7 +55,7 @@ class JobState(str, enum.Enum):
 
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.ALLOCATING: frozenset({JobState.RUNNING, JobState.RESTARTING, JobState.FINISHING}),
-    JobState.RUNNING: frozenset({JobState.RESTARTING, JobState.FINISHING}),
+    JobState.RUNNING: frozenset({JobState.ALLOCATING, JobState.RESTARTING, JobState.FINISHING}),  # ALLOCATING: next stage
     JobState.RESTARTING: frozenset({JobState.RUNNING, JobState.RESTARTING, JobState.FINISHING}),
     JobState.FINISHING: frozenset({JobState.DONE}),
     JobState.DONE: frozenset(),
@@ -114,6 +116,9 @@ class Coordinator:
         self.dirty = True  # the snapshot for a later AM attempt is out of date
         self.auth_last_seen: Callable[[], dict[str, int]] = dict  # set by the AM: the verifier's memory
         self.last_tick: float | None = None
+        self.stage = 0  # the stage being run (tony.application.prepare-stage / training-stage)
+        self.callbacks: dict[str, dict] = {}  # what task processes reported back (Horovod's driver port)
+        self.tensorboard_url: str | None = None
 
     # ---- the one place the job's state changes ---------------------------------------------
     def _enter(self, state: JobState, why: str = "") -> None:
@@ -137,11 +142,17 @@ class Coordinator:
     def _live(self) -> list[Task]:
         return [t for t in self.tasks.values() if t.container is not None]
 
+    def _in_play(self, task: Task) -> bool:
+        """Tasks of the current stage and of earlier ones (a later stage is not requested yet)."""
+        return self.spec.stage_of(task.id.type) <= self.stage
+
+    def _pending(self) -> list[Task]:
+        return [t for t in self.tasks.values() if t.state == TaskState.PENDING and self._in_play(t)]
+
     def _request_missing(self) -> int:
         pending: dict[str, int] = {}
-        for t in self.tasks.values():
-            if t.state == TaskState.PENDING:
-                pending[t.id.type] = pending.get(t.id.type, 0) + 1
+        for t in self._pending():
+            pending[t.id.type] = pending.get(t.id.type, 0) + 1
         asked = self.book.ask(pending)
         if asked:
             self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
@@ -172,7 +183,7 @@ class Coordinator:
             self._mark("first_container_allocated")
             self.events.record(ev.ALLOCATED, f"container {container.id} on {container.host}", task.name,
                                container_id=container.id, host=container.host)
-            if not any(t.state == TaskState.PENDING for t in self.tasks.values()):
+            if not self._pending():
                 self._mark("all_containers_allocated")
                 self.port.set_heartbeat_interval(SLOW_HEARTBEAT_MS)
             try:
@@ -233,6 +244,20 @@ class Coordinator:
                 self._fail(task, kind, reason, container=container, exit_code=exit_status)
             self.cond.notify_all()
             self._maybe_done()
+
+    def on_requests_rejected(self, allocation_request_id: int, reason: str) -> None:
+        """YARN's placement processor gave up on a SchedulingRequest: it can never be placed."""
+        with self.lock:
+            name = next((n for n, rid in self.book.ids.items() if rid == allocation_request_id), "?")
+            spec = self.spec.type(name).placement_spec if name != "?" else None
+            self.fail_job(f"YARN rejected the containers of {name} ({reason}): no node satisfies "
+                          f"tony.{name}.placement-spec={spec}")
+
+    def fail_job(self, message: str) -> None:
+        """A verdict from outside the task table (the RM refused what the job needs)."""
+        with self.lock:
+            if self.decision is None:
+                self._finish(Decision(Action.FAIL, message), status="FAILED")
 
     def on_nodes_updated(self, nodes: list[dict]) -> None:
         with self.lock:
@@ -295,11 +320,12 @@ class Coordinator:
             return {"ok": True, "attempt": task.attempt}
 
     def _gang_complete(self) -> bool:
-        """Every task registered in this attempt (a sidecar that failed is left out)."""
+        """Every task of the current stage registered in this attempt (a sidecar that failed is
+        left out)."""
         return all(
             t.state in (TaskState.REGISTERED, TaskState.RUNNING)
             or (t.id.type in self.spec.sidecar and t.state == TaskState.FAILED)
-            for t in self.tasks.values()
+            for t in self.tasks.values() if self.spec.stage_of(t.id.type) == self.stage
         )
 
     def _serve_specs(self) -> None:
@@ -308,9 +334,10 @@ class Coordinator:
         self._enter(JobState.RUNNING, f"attempt {self.attempt}: all {len(self.tasks)} tasks registered; spec served")
 
     def _view(self) -> dict[str, list[str]]:
+        """Addresses of this stage's tasks and of earlier stages' tasks still running."""
         view: dict[str, list[str]] = {}
         for t in self.tasks.values():
-            if t.address:
+            if t.address and (self.spec.stage_of(t.id.type) == self.stage or not t.state.finished):
                 view.setdefault(t.id.type, []).append(t.address)
         return view
 
@@ -328,7 +355,7 @@ class Coordinator:
                     view = self._view()  # FCFS: each task starts with what has registered so far
                     if self.state in (JobState.ALLOCATING, JobState.RESTARTING):
                         self._enter(JobState.RUNNING, f"attempt {self.attempt}: first spec served (FCFS)")
-                if view is not None and task.address:
+                if view is not None and task.address and frameworks.ready(self.spec, task.id, self.callbacks):
                     self._mark("first_spec_served")
                     self.events.record(ev.SPEC_SERVED, "cluster spec served", task.name, attempt=task.attempt)
                     return {"cluster": view, "env": self._task_env(task, view)}
@@ -342,8 +369,11 @@ class Coordinator:
                     task.polling -= 1
 
     def _task_env(self, task: Task, view: dict[str, list[str]]) -> dict[str, str]:
-        env = frameworks.task_env(self.spec, view, task.id)
+        env = frameworks.task_env(self.spec, view, task.id, self.callbacks)
         env["TONY_RESTART_ATTEMPT"] = str(task.attempt)
+        # TonY's counters, with TonY's meaning (TonY itself left both at 0: a bug): the session
+        # a task belongs to, which user code reads to resume.
+        env["SESSION_ID"] = env["ATTEMPT_NUMBER"] = str(task.attempt)
         if task.attempt:
             env["NUM_AM_RETRIES"] = str(task.attempt)
         if task.tb_port:
@@ -363,6 +393,27 @@ class Coordinator:
             self.events.record(ev.TASK_STARTED, "user process started", task.name, attempt=task.attempt)
             if all(t.state == TaskState.RUNNING or t.state.finished for t in self.tasks.values()):
                 self._mark("all_tasks_started")
+            return {"ok": True}
+
+    def callback(self, name: str, attempt: int, container_id: str, info: dict) -> dict:
+        """A task's process reported something others wait for (Horovod's driver: its port)."""
+        with self.lock:
+            task, stale = self._lookup(name, attempt, container_id)
+            if stale:
+                return stale
+            self.callbacks[task.name] = {"host": task.container.host, **info}
+            self.events.record(ev.NOTE, f"reported {info}", task.name, attempt=task.attempt)
+            self.cond.notify_all()
+            return {"ok": True}
+
+    def register_tensorboard(self, name: str, attempt: int, container_id: str, url: str) -> dict:
+        with self.lock:
+            task, stale = self._lookup(name, attempt, container_id)
+            if stale:
+                return stale
+            self.tensorboard_url = url
+            self.dirty = True
+            self.events.record(ev.TB_REGISTERED, f"TensorBoard at {url}", task.name, url=url)
             return {"ok": True}
 
     def heartbeat(self, name: str, attempt: int, container_id: str, metrics: dict | None,
@@ -398,7 +449,10 @@ class Coordinator:
                 if task.id == self.spec.chief():
                     self.chief_done_at = self.clock()
                 self.events.record(ev.TASK_FINISHED, "succeeded", task.name, attempt=task.attempt, exit_code=0)
-                self._apply(policy.completion(self.spec, self.tasks))
+                if policy.stage_done(self.spec, self.tasks, self.stage):
+                    self._next_stage()
+                else:
+                    self._apply(policy.completion(self.spec, self.tasks))
             else:
                 kind = FailureKind.SIGNAL if signal else FailureKind.EXIT_CODE
                 message = policy.describe_exit(exit_code, signal)
@@ -481,6 +535,15 @@ class Coordinator:
         else:
             self._finish(decision, status="SUCCEEDED" if decision.action == Action.SUCCEED else "FAILED")
 
+    def _next_stage(self) -> None:
+        """Every tracked task of the prepare stage succeeded: request the training stage."""
+        self.stage += 1
+        self.cluster_view = None
+        self._mark(f"stage_{self.stage}_requested")
+        self._enter(JobState.ALLOCATING, f"stage {self.stage}: requesting "
+                                         f"{', '.join(self.spec.stages[self.stage])}")
+        self._request_missing()
+
     def _restart(self, decision: Decision) -> None:
         self.restarts_used += 1
         self.attempt += 1
@@ -490,7 +553,10 @@ class Coordinator:
         self.events.record(ev.RESTART_DECIDED, decision.message, attempt=self.attempt)
         self._enter(JobState.RESTARTING, f"gang restart {self.restarts_used} of {self.spec.am_retry_count}: "
                                          f"attempt {self.attempt}")
+        self.callbacks.clear()
         for task in self.tasks.values():
+            if self.spec.stage_of(task.id.type) < self.stage and task.state.finished:
+                continue  # an earlier stage that completed is not run again
             keep = policy.keep_on_restart(task)
             if task.container is not None and not keep:
                 self.port.stop(task.container.id)  # a lost/hung executor: make sure it is gone
@@ -551,9 +617,9 @@ class Coordinator:
             if self.decision is not None:
                 return
             why = policy.app_timeout(self.spec, self.started_at, now) or policy.allocation_timeout(
-                self.spec, [t for t in self.tasks.values() if t.state == TaskState.PENDING], self.book.requested_at, now)
+                self.spec, self._pending(), self.book.requested_at, now)
             if why:
-                self._finish(Decision(Action.FAIL, why), status="FAILED")
+                self.fail_job(why)
                 return
             for task in list(self.tasks.values()):
                 if self.decision is not None:
@@ -565,12 +631,26 @@ class Coordinator:
                     if timed_out[0] == FailureKind.LOST:
                         self.events.record(ev.HEARTBEAT_LOST, timed_out[1], task.name, attempt=task.attempt)
                     self._fail(task, *timed_out)
+            for dependency, running in ([] if self.decision else policy.dependency_timeouts(self.spec, self.tasks, now)):
+                self._dependency_timed_out(dependency, running)
             stop = None if self.decision else policy.after_chief(self.spec, self.tasks, self.chief_done_at, now)
             if stop:
                 lingering, decision = stop
                 for task in lingering:
                     task.stopping = True
                 self._finish(decision, status="SUCCEEDED")
+
+    def _dependency_timed_out(self, dependency, running: list[Task]) -> None:
+        message = policy.describe_dependency_timeout(self.spec, dependency)
+        if not dependency.ignored:
+            self._finish(Decision(Action.FAIL, message), status="FAILED")
+            return
+        for task in self.tasks.values():
+            if task.id.type == dependency.type:
+                task.tracked = False  # TonY's .ignored: the type no longer decides the job
+        self.dirty = True
+        self.events.record(ev.NOTE, f"{message}; ignored: {dependency.type} is untracked from now on")
+        self._apply(policy.completion(self.spec, self.tasks))
 
     # ---- AM fail-over ----------------------------------------------------------------------
     def snapshot(self) -> AmSnapshot:
@@ -588,11 +668,15 @@ class Coordinator:
                 tasks={name: TaskRecord(
                     state=t.state, attempt=t.attempt, container=t.container, last_container=t.last_container,
                     address=t.address, tb_port=t.tb_port, control_url=t.control_url, exit_code=t.exit_code,
-                    signal=t.signal, failure=t.failure, released=t.released) for name, t in self.tasks.items()},
+                    signal=t.signal, failure=t.failure, released=t.released, tracked=t.tracked)
+                    for name, t in self.tasks.items()},
                 failures=list(self.failures),
                 node_failures=dict(self.node_failures),
                 blacklisted=sorted(self.blacklisted),
                 verdict=Verdict(self.final_status, self.decision.action, self.decision.message) if self.decision else None,
+                stage=self.stage,
+                callbacks=dict(self.callbacks),
+                tensorboard_url=self.tensorboard_url,
                 auth_last_seen=self.auth_last_seen(),
             )
 
@@ -605,6 +689,7 @@ class Coordinator:
             self.attempt, self.restarts_used = snap.attempt, snap.restarts_used
             self.cluster_view, self.started_at = snap.cluster_view, snap.started_at
             self.chief_done_at = snap.chief_done_at
+            self.stage, self.callbacks, self.tensorboard_url = snap.stage, dict(snap.callbacks), snap.tensorboard_url
             self.failures = list(snap.failures)
             self.node_failures = dict(snap.node_failures)
             for node in snap.blacklisted:
@@ -617,7 +702,7 @@ class Coordinator:
                 task.attempt = record.attempt
                 task.address, task.tb_port = record.address, record.tb_port
                 task.exit_code, task.signal, task.failure = record.exit_code, record.signal, record.failure
-                task.released = record.released
+                task.released, task.tracked = record.released, record.tracked
                 task.last_container = record.last_container
                 if name in plan.readopt:
                     task.container, task.container_started = record.container, True

@@ -31,6 +31,7 @@ class TaskRecord(Checked):
     signal: str | None
     failure: Failure | None
     released: bool
+    tracked: bool
 
 
 @dataclass
@@ -58,6 +59,9 @@ class AmSnapshot(Checked):
     node_failures: dict[str, int]
     blacklisted: list[str]
     verdict: Verdict | None
+    stage: int = 0
+    callbacks: dict[str, dict] = field(default_factory=dict)
+    tensorboard_url: str | None = None
     auth_last_seen: dict[str, int] = field(default_factory=dict)  # so old requests stay refused
 
     def validate(self) -> None:

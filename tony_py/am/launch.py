@@ -15,12 +15,13 @@ import shlex
 from dataclasses import dataclass, field
 
 from tony_py.am.tasks import Task
-from tony_py.config.spec import JobSpec
+from tony_py.config.spec import TENSORBOARD_TYPE, JobSpec
 
 # YARN expands these in the container's launch script.
 PWD = "{{PWD}}"
 LOG_DIR = "<LOG_DIR>"
 RUNTIME_LINK = "tony_runtime"
+JAR_LINK = "tony-py.jar"
 EXECUTOR_LOG = "executor.log"
 
 
@@ -47,6 +48,24 @@ class JobMeta:
         data = {k: v for k, v in self.__dict__.items() if k != "extra"}
         data.update(self.extra)
         return data
+
+
+def needs_hadoop_in_task(spec: JobSpec) -> bool:
+    """The sidecar TensorBoard of a log dir on a Hadoop file system mirrors it with a JVM: its
+    container gets the jar and the cluster's Hadoop classpath."""
+    log_dir = spec.tensorboard_log_dir or ""
+    return "://" in log_dir and not log_dir.startswith("file://")
+
+
+def docker_env(spec: JobSpec, image: str | None) -> dict[str, str]:
+    """What YARN's DockerLinuxContainerRuntime reads from a container's launch environment
+    (tony.docker.*; the values were checked for the launch script by the client)."""
+    if not spec.docker_enabled or not image:
+        return {}
+    env = {"YARN_CONTAINER_RUNTIME_TYPE": "docker", "YARN_CONTAINER_RUNTIME_DOCKER_IMAGE": image}
+    if spec.docker_mounts:
+        env["YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS"] = spec.docker_mounts
+    return env
 
 
 class TaskLauncher:
@@ -82,7 +101,12 @@ class TaskLauncher:
             env["CLASSPATH"] = ":".join([f"{PWD}/{name}" for name in hdfs_classpath] + ["$CLASSPATH"])
         if task.id == spec.chief():
             env["IS_CHIEF"] = "true"
+        if task.id == spec.tb_port_task():  # the sidecar TensorBoard if there is one, else the chief
             env["TONY_RESERVE_TB_PORT"] = "1"
+        if task.id.type == TENSORBOARD_TYPE and needs_hadoop_in_task(spec):
+            classpath = [f"{PWD}/{JAR_LINK}", *(self.meta.extra.get("hadoop_classpath") or [])]
+            env["TONY_HADOOP_CLASSPATH"] = "<CPS>".join(classpath)
+        env.update(docker_env(spec, spec.type(task.id.type).docker_image))
         return env
 
     def command(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import signal
 import socket
 import sys
@@ -18,16 +19,17 @@ import time
 from pathlib import Path
 
 from py4j.java_gateway import GatewayParameters, JavaGateway
-from py4j.protocol import Py4JError
+from py4j.protocol import Py4JError, Py4JJavaError
 
 from tony_py import appsecret
-from tony_py.auth import AuthError, Signer, Verifier, call_json
-from tony_py.am import report
 from tony_py.am.coordinator import FAST_HEARTBEAT_MS, Coordinator
 from tony_py.am.failover import AmSnapshot
-from tony_py.am.launch import JobMeta, TaskLauncher
-from tony_py.am.server import AmHttpServer
+from tony_py.am.launch import JobMeta
+from tony_py.am.local import LocalProcessPort
+from tony_py.am.runtime import Abandon, AmRuntime, placement_refused
 from tony_py.am.tasks import Task
+from tony_py.auth import AuthError, Signer, call_json
+from tony_py.bridge.gateway import java_error
 from tony_py.config.spec import SPEC_FILE, JobSpec, TaskType
 
 log = logging.getLogger("tony.am")
@@ -45,8 +47,12 @@ class BridgePort:
         self.spec = spec
 
     def request(self, request_id: int, task_type: TaskType, count: int) -> None:
-        label = task_type.node_label or self.spec.node_label
         r = task_type.resources
+        if task_type.placement_spec:  # a SchedulingRequest: YARN places it by its constraint
+            self.bridge.requestPlaced(request_id, request_id, r.memory_mb, r.vcores, r.gpus,
+                                      list(task_type.allocation_tags), task_type.placement_spec, count)
+            return
+        label = task_type.node_label or self.spec.node_label
         self.bridge.request(request_id, request_id, r.memory_mb, r.vcores, r.gpus, label, count)
 
     def cancel_requests(self, request_id: int) -> None:
@@ -85,30 +91,11 @@ def log_url_for(user: str):
     return url
 
 
-class Abandon(Exception):
-    """This AM attempt must end without touching the tasks: YARN (or a later attempt) owns them."""
-
-
-def dispatch(coordinator: Coordinator, event: dict) -> None:
-    kind = event.get("type")
-    if kind == "allocated":
-        coordinator.on_allocated(event["container"])
-    elif kind == "started":
-        coordinator.on_started(event["container_id"])
-    elif kind == "start_failed":
-        coordinator.on_start_failed(event["container_id"], event.get("message", ""))
-    elif kind == "completed":
-        coordinator.on_completed(event["container_id"], int(event["exit_status"]), event.get("diagnostics") or "")
-    elif kind == "nodes_updated":
-        coordinator.on_nodes_updated(event.get("nodes") or [])
-    elif kind == "shutdown_request":
-        raise Abandon("the ResourceManager asked this AM attempt to shut down")
-    elif kind == "rm_error":
-        raise Abandon(f"lost the ResourceManager: {event.get('message')}")
-    elif kind in ("stopped", "stop_failed"):
-        log.debug("event %s", event)
-    else:
-        log.warning("unknown event %s", event)
+def single_node_log_url(user: str):
+    """A single-node job's task writes its logs into the AM container's log dir."""
+    own = f"http://{os.environ.get('NM_HOST')}:{os.environ.get('NM_HTTP_PORT')}/node/containerlogs/" \
+          f"{os.environ.get('CONTAINER_ID')}/{user}"
+    return lambda task: own if task.last_container is not None else None
 
 
 def notify_executors(tasks: list[Task], am_url: str, signer: Signer) -> None:
@@ -186,6 +173,18 @@ class StateStore:
             self.save(coordinator)
 
 
+def pump(bridge, events: queue.Queue, stop: threading.Event) -> None:
+    """RM/NM events from the JVM into the AM's queue (its own thread: the loop never blocks on the JVM)."""
+    while not stop.is_set():
+        try:
+            for event in json.loads(bridge.poll(POLL_MS)):
+                events.put(event)
+        except Py4JError as exc:
+            if not stop.is_set():
+                events.put({"type": "rm_error", "message": f"the AM's JVM is gone: {str(exc).splitlines()[0]}"})
+            return
+
+
 def run() -> int:
     gateway_port = int(os.environ["TONY_GATEWAY_PORT"])
     gateway_secret = os.environ.pop("TONY_GATEWAY_SECRET")
@@ -202,60 +201,60 @@ def run() -> int:
     log.info("AM for %s attempt %d: %s, %d tasks", meta.app_id, am_attempt, spec.framework, len(spec.tasks()))
 
     host = os.environ.get("NM_HOST") or socket.getfqdn()
-    bind_ip = socket.gethostbyname(host)
     bridge.start(FAST_HEARTBEAT_MS)
-    port = BridgePort(bridge, spec)
-    holder: dict = {}
-
-    def build_launch(task: Task) -> dict:
-        return holder["launcher"].build(task)
-
-    coordinator = Coordinator(spec, port, build_launch)
     store = StateStore(bridge.fs(), meta.staging_dir)
-    log_url = log_url_for(os.environ.get("USER") or meta.user)
-
-    def status(trusted: bool) -> dict:
-        data = coordinator.status(log_url)
-        data.update(app_id=meta.app_id, am_attempt=am_attempt, name=spec.name,
-                    snapshot_current=store.current(coordinator))
-        return data if trusted else report.public_view(data)
-
-    verifier = Verifier(app_secret)
-    coordinator.auth_last_seen = verifier.last_seen
-    server = AmHttpServer((bind_ip, 0), coordinator, verifier, status, trusted_addresses=proxy_addresses(bridge),
-                          max_connections=2 * len(spec.tasks()) + 64)
-    threading.Thread(target=server.serve_forever, name="am-http", daemon=True).start()
-    tracking_url = f"http://{host}:{server.port}/"
-    holder["launcher"] = TaskLauncher(spec, meta, host, server.port)
-    reg = json.loads(bridge.register(host, server.port, tracking_url))
+    user = os.environ.get("USER") or meta.user
+    am = AmRuntime(spec, meta, app_secret, host, socket.gethostbyname(host), proxy_addresses(bridge),
+                   extra_status=lambda: {"am_attempt": am_attempt, "snapshot_current": store.current(am.coordinator)},
+                   log_url=single_node_log_url(user) if spec.single_node else log_url_for(user))
+    if spec.single_node:
+        # TonY: the AM's own container runs the command. Here a local executor does, in a
+        # directory beside the AM's with links to the AM's localized files, so exit code, stderr
+        # tail, error file and restarts work as for any task.
+        log_dir = Path((os.environ.get("LOG_DIRS") or ".").split(",")[0])
+        port = LocalProcessPort(Path.cwd() / "tasks", host, am.queue.put, lambda name, _res: Path.cwd() / name,
+                                app_secret, log_dir_for=lambda _cid: log_dir, on_progress=bridge.setProgress,
+                                prefix=meta.app_id.removeprefix("application_"))
+    else:
+        port = BridgePort(bridge, spec)
+    coordinator = am.attach(port)
+    tracking_url = am.url + "/"
+    refused = None
+    try:
+        reg = json.loads(bridge.register(host, am.server.port, tracking_url, spec.placement_spec))
+    except Py4JJavaError as exc:
+        if not spec.placement_spec:
+            raise
+        # The RM refuses application-wide constraints when its placement handler is disabled:
+        # register without them and fail the job with one clear line (not attempt after attempt).
+        refused = placement_refused(str(exc.java_exception))
+        reg = json.loads(bridge.register(host, am.server.port, tracking_url, None))
     log.info("registered with the RM; tracking URL %s; max container %s", tracking_url, reg.get("max_capability"))
     coordinator.timeline["am_registered"] = time.time()
 
     snapshot = store.load() if am_attempt > 1 else None
-    if snapshot is not None:
-        verifier.restore(snapshot.auth_last_seen)
+    if snapshot is not None and not spec.single_node:
+        am.verifier.restore(snapshot.auth_last_seen)
         adopted = coordinator.adopt(snapshot, reg.get("previous_containers") or [])
         threading.Thread(target=notify_executors, daemon=True,
-                         args=(adopted, f"http://{host}:{server.port}", Signer(app_secret, f"am-{am_attempt}"))).start()
+                         args=(adopted, am.url, Signer(app_secret, f"am-{am_attempt}"))).start()
     elif am_attempt > 1:
         log.warning("no snapshot from the earlier attempt: starting the job over")
         for container in reg.get("previous_containers") or []:
-            port.stop(container["id"])
+            bridge.stop(container["id"])
 
-    stop_requested = threading.Event()
+    stop_requested, pumping = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
+    threading.Thread(target=pump, args=(bridge, am.queue, pumping), name="am-events", daemon=True).start()
     coordinator.start()
+    if refused:
+        coordinator.fail_job(refused)
     store.start(coordinator)
     try:
-        while not coordinator.done:
-            if stop_requested.is_set():
-                # The NodeManager is stopping this container (application killed, AM over its
-                # memory, node going down). Leave the tasks alone: YARN kills them if the
-                # application is over, and a next attempt re-adopts them if it is not.
-                raise Abandon("the AM container received SIGTERM")
-            for event in json.loads(bridge.poll(POLL_MS)):
-                dispatch(coordinator, event)
-            coordinator.tick()
+        # The NodeManager stops this container with SIGTERM (application killed, AM over its
+        # memory, node going down): the tasks are left alone. YARN kills them if the application
+        # is over, and a next attempt re-adopts them if it is not.
+        am.run(stop_requested)
     except Abandon as exc:
         log.error("ending this AM attempt: %s", exc)
         try:  # leave the next attempt the latest task table, if there is time
@@ -263,19 +262,22 @@ def run() -> int:
         except Exception:  # noqa: BLE001 - the JVM may already be going away
             pass
         return 1
+    finally:
+        if isinstance(port, LocalProcessPort):
+            port.shutdown()
     store.stop(coordinator)
 
     final = coordinator.final_status or "FAILED"
     diagnostics = coordinator.diagnostics()
     log.info("job %s\n%s", final, diagnostics)
-    # Let a following client read the final task table before the tracking URL goes away.
-    server.final_status_served.wait(timeout=spec.client_stop_wait_s)
+    am.wait_for_final_read()
+    pumping.set()
     bridge.unregister(final, diagnostics[:60000], tracking_url)
     try:
         bridge.fs().delete(meta.staging_dir, True)
     except Exception as exc:  # noqa: BLE001 - cleanup is best effort; the client retries
         log.warning("could not delete the staging dir %s: %s", meta.staging_dir, exc)
-    server.shutdown()
+    am.close()
     return 0
 
 
@@ -286,8 +288,11 @@ def main() -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         code = run()
-    except Py4JError as exc:  # the AM's JVM is gone (killed, or crashed): nothing left to do
-        log.error("lost the AM's JVM: %s", str(exc).splitlines()[0])
+    except Py4JJavaError as exc:  # a call into the JVM threw: say what Java said
+        log.error("a call into the AM's JVM failed: %s", java_error(exc))
+        code = 1
+    except Py4JError as exc:  # the AM's JVM is gone (killed, or crashed), or refused the call
+        log.error("the AM's JVM failed: %s", " | ".join(str(exc).strip().splitlines()[:3]))
         code = 1
     except Exception:
         log.exception("the Python AM failed")

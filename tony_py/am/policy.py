@@ -17,7 +17,7 @@ import enum
 from dataclasses import dataclass
 
 from tony_py.am.tasks import Failure, FailureKind, Task, TaskState
-from tony_py.config.spec import JobSpec
+from tony_py.config.spec import DependencyTimeout, JobSpec
 
 # YARN ContainerExitStatus values that decide how a failure is read (the others, e.g. -105
 # killed by the AM, are read from their context).
@@ -101,6 +101,9 @@ def after_failure(spec: JobSpec, tasks: dict[str, Task], task: Task, restarts_us
         )
     if task.id == spec.chief():
         return Decision(Action.FAIL, f"the chief {failure.headline()}", failure)
+    if spec.stages and spec.stage_of(task.id.type) < spec.last_stage and task.tracked:
+        return Decision(Action.FAIL, f"prepare-stage task {failure.headline()}; the training stage was not "
+                                     "started", failure)
     if task.id.type in spec.stop_on_failure:
         return Decision(Action.FAIL, f"stop-on-failure task {failure.headline()}", failure)
     if not task.tracked:
@@ -112,6 +115,36 @@ def after_failure(spec: JobSpec, tasks: dict[str, Task], task: Task, restarts_us
             failure,
         )
     return completion(spec, tasks)
+
+
+def stage_done(spec: JobSpec, tasks: dict[str, Task], stage: int) -> bool:
+    """A stage before the last is done when every tracked task of it succeeded."""
+    if stage >= spec.last_stage:
+        return False
+    members = [t for t in tasks.values() if spec.stage_of(t.id.type) == stage and t.tracked]
+    return all(t.state == TaskState.SUCCEEDED for t in members)
+
+
+def dependency_timeouts(spec: JobSpec, tasks: dict[str, Task], now: float) -> list[tuple[DependencyTimeout, list[Task]]]:
+    """tony.application.dependency.<type>.timeout.after.<group>: once every task of the group
+    finished, tracked tasks of <type> still running after the timeout."""
+    out = []
+    for dependency in spec.dependency_timeouts:
+        members = [t for t in tasks.values() if t.id.type in spec.groups.get(dependency.group, ())]
+        if not members or not all(t.state.finished for t in members):
+            continue
+        finished_at = max(t.finished_at or now for t in members)
+        running = [t for t in tasks.values() if t.id.type == dependency.type and t.tracked and not t.state.finished]
+        if running and now - finished_at > dependency.seconds:
+            out.append((dependency, running))
+    return out
+
+
+def describe_dependency_timeout(spec: JobSpec, dependency: DependencyTimeout) -> str:
+    members = ",".join(spec.groups.get(dependency.group, ()))
+    return (f"{dependency.type} tasks still running {dependency.seconds} s after every task of group "
+            f"{dependency.group} ({members}) finished (tony.application.dependency.{dependency.type}.timeout.after."
+            f"{dependency.group}={dependency.seconds})")
 
 
 def completion(spec: JobSpec, tasks: dict[str, Task]) -> Decision:

@@ -32,8 +32,8 @@ def diagnostics(c: "Coordinator") -> str:
     if c.decision is None:
         return ""
     lines = [f"TonY-py job {c.final_status}: {c.decision.message}"]
-    cause = root_cause(c.failures)
-    if cause is not None and c.final_status != "SUCCEEDED":
+    cause = root_cause(c.failures) if c.final_status != "SUCCEEDED" else None
+    if cause is not None:
         lines.append(f"Root cause: {cause.headline()}")
         if cause.error and cause.error.get("traceback"):
             lines.append("--- traceback (from the task's error file) ---")
@@ -43,7 +43,8 @@ def diagnostics(c: "Coordinator") -> str:
             lines.append(cause.stderr_tail.rstrip()[-4000:])
     others = [f for f in c.failures if f is not cause]
     if others:
-        lines.append("Other failures (in order): " + "; ".join(f.headline() for f in others[:10]))
+        lines.append(("Other failures (in order): " if cause else "Failures the job tolerated: ")
+                     + "; ".join(f.headline() for f in others[:10]))
     lines.append("Tasks: " + ", ".join(f"{t.name} {t.state.value}" for t in c.tasks.values()))
     return "\n".join(lines)
 
@@ -83,6 +84,8 @@ def status(c: "Coordinator", log_url: Callable[[Task], str | None]) -> dict:
         "failures": [f.to_dict() for f in c.failures],
         "timeline": dict(c.timeline),
         "messages": c.events.lines(20),
+        "stage": c.stage,
+        "tensorboard_url": c.tensorboard_url,
         "tasks": [task_row(t, log_url) for t in c.tasks.values()],
     }
 

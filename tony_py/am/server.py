@@ -207,6 +207,16 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/v1/heartbeat":
             return c.heartbeat(task, attempt, container, _metrics(body),
                                _seconds(body, "progress_age_s", 0.0, 1e9, optional=True))
+        if path == "/v1/callback":
+            info = body.get("info")
+            if not isinstance(info, dict) or len(json.dumps(info)) > 4096:
+                raise BadRequest("info must be a small JSON object")
+            return c.callback(task, attempt, container, info)
+        if path == "/v1/tensorboard":
+            url = _text(body, "url", limit=300)
+            if not url.startswith("http://"):
+                raise BadRequest("url must be an http:// URL")
+            return c.register_tensorboard(task, attempt, container, url)
         if path == "/v1/result":
             return c.report_result(
                 task, attempt, container,

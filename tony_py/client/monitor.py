@@ -30,7 +30,7 @@ _STATE_STYLE = {
 
 class Monitor:
     def __init__(self, gw, app_id: str, signer: Signer | None = None, quiet: bool = False, out=sys.stdout,
-                 poll_s: float = 0.5):
+                 poll_s: float = 0.5, startup_timeout_ms: int = 0):
         self.gw = gw
         self.app_id = app_id
         self.signer = signer  # signs status requests: the AM gives full detail only to signed ones
@@ -39,6 +39,9 @@ class Monitor:
         self.poll_s = poll_s
         self.report: dict = {}
         self.status: dict | None = None
+        self.startup_timeout_ms = startup_timeout_ms
+        self.started = time.monotonic()
+        self.killed = False
         self._seen: dict[str, tuple] = {}
         self._attempt = 0
         self._report_failing_since: float | None = None
@@ -106,6 +109,18 @@ class Monitor:
                 line += f"  logs: {t['log_url']}"
             print(line, file=self.out, flush=True)
 
+    def _check_startup(self, say) -> None:
+        """TonY's tony.am.startup-timeout: kill an application whose AM never started."""
+        waiting = self.report.get("state") in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED")
+        if not self.startup_timeout_ms or self.killed or not waiting:
+            return
+        if (time.monotonic() - self.started) * 1000 > self.startup_timeout_ms:
+            reason = (f"the AM did not start within tony.am.startup-timeout={self.startup_timeout_ms} ms (the "
+                      f"application stayed {self.report.get('state')}: the queue or the cluster has no room for it)")
+            say(f"killing {self.app_id}: {reason}")
+            self.gw.call("kill the application", self.gw.bridge.kill, self.app_id, reason)
+            self.killed = True
+
     def _attempt_change(self, say) -> None:
         attempt = self.report.get("attempt") or 0
         if attempt and attempt != self._attempt:
@@ -116,7 +131,7 @@ class Monitor:
     # ---- main loop -----------------------------------------------------------------------------
     def follow(self) -> int:
         tty = hasattr(self.out, "isatty") and self.out.isatty() and not self.quiet
-        printed_url = False
+        printed_url = printed_tb = False
 
         def say(text: str) -> None:
             if not self.quiet:
@@ -131,7 +146,12 @@ class Monitor:
                 if not printed_url and self.report.get("tracking_url"):
                     (live.console.print if live else say)(f"tracking URL: {self.report['tracking_url']}")
                     printed_url = True
+                tb = (self.status or {}).get("tensorboard_url")
+                if tb and not printed_tb:
+                    (live.console.print if live else say)(f"TensorBoard: {tb}")
+                    printed_tb = True
                 self._attempt_change(live.console.print if live else say)
+                self._check_startup((live.console.print if live else say))
                 if live:
                     live.update(self._table())
                 elif not self.quiet:

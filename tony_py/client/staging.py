@@ -77,12 +77,12 @@ def _package_files(package: str) -> tuple[Path, list[tuple[str, Path]]] | None:
     return root, files
 
 
-def build_runtime_zip(target: Path) -> Path:
+def package_entries(packages: tuple[str, ...]) -> list[tuple[str, Path]]:
     """tony_py at the top (user code may import tony_py.task from it), third-party packages
-    under deps/ (only the AM and the executors put deps/ on their path, so ours never shadow
-    the user's own py4j or psutil)."""
+    under deps/ (only TonY-py's own processes put deps/ on their path, so ours never shadow the
+    user's own py4j or psutil)."""
     entries: list[tuple[str, Path]] = []
-    for package in RUNTIME_PACKAGES:
+    for package in packages:
         found = _package_files(package)
         if found is None:
             if package == "psutil":
@@ -90,9 +90,18 @@ def build_runtime_zip(target: Path) -> Path:
             raise UsageError(f"the Python package {package!r} is missing from this environment")
         prefix = "" if package == "tony_py" else "deps/"
         entries.extend((prefix + arcname, path) for arcname, path in found[1])
+    return entries
+
+
+def write_zip(entries: list[tuple[str, Path]], target: Path) -> Path:
     with open(target, "wb") as out:
         _deterministic_zip(entries, out)
     return target
+
+
+def build_runtime_zip(target: Path) -> Path:
+    """What every job ships for its AM and executors."""
+    return write_zip(package_entries(RUNTIME_PACKAGES), target)
 
 
 def zip_src_dir(src_dir: Path, target: Path) -> Path:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import math
 import os
 import shlex
 import sys
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tony_py import appsecret, paths
-from tony_py.am.launch import JobMeta
+from tony_py.am.launch import JAR_LINK, RUNTIME_LINK, JobMeta, docker_env, needs_hadoop_in_task
 from tony_py.auth import Signer
 from tony_py.bridge import jvm
 from tony_py.bridge.gateway import ClientGateway
@@ -30,17 +31,18 @@ from tony_py.client.flags import SubmitArgs, parse_args
 from tony_py.client.monitor import FINAL_STATES, Monitor
 from tony_py.client.staging import Resource, Stager, build_runtime_zip, check_local_inputs, sha256_file, zip_src_dir
 from tony_py.config.layers import TonyConf, load_conf
-from tony_py.config.spec import SPEC_FILE, JobSpec, build_job_spec, check_fits, parse_env_list
+from tony_py.config.build import build_job_spec, parse_env_list
+from tony_py.config.fit import check_fits
+from tony_py.config.spec import SPEC_FILE, TENSORBOARD_TYPE, JobSpec
 from tony_py.config import checks, keys
-from tony_py.config.xmlconf import parse_xml, to_xml
+from tony_py.config.xmlconf import parse_xml, read_xml, to_xml
 from tony_py.errors import ConfigError, TonyError, UsageError
 
 AM_HEAP = "-Xmx256m"
 AM_CLASS = "io.tonypy.am.ApplicationMaster"
 VENV_LINK = "venv"
-RUNTIME_LINK = "tony_runtime"
-JAR_LINK = "tony-py.jar"
 SRC_LINK = "tony_src.zip"
+LIFETIME_GRACE_S = 60
 KILL_WAIT_S = 20.0  # how long a killed application may take to end before its files are removed
 
 
@@ -51,6 +53,7 @@ class PreparedJob:
     spec: JobSpec
     task_python: str
     warnings: list[str] = field(default_factory=list)  # keys TonY-py will not act on
+    hadoop_conf_files: dict[str, str] = field(default_factory=dict)  # e.g. hdfs-site.xml -> local path
 
 
 def _python_for(args: SubmitArgs) -> str | None:
@@ -75,13 +78,14 @@ def compose_command(args: SubmitArgs) -> str | None:
 
 def prepare(args: SubmitArgs) -> PreparedJob:
     """Everything that can be checked without a cluster; raises UsageError on bad input."""
-    if args.sidecar_tensorboard_log_dir:
-        raise UsageError("--sidecar_tensorboard_log_dir: the TensorBoard sidecar is not supported yet")
     for flag, value in (("--src_dir", args.src_dir), ("--python_venv", args.python_venv),
                         ("--conf_file", args.conf_file), ("--executes", (args.executes or "").split(" ")[0])):
         if value and "://" not in value:
             checks.local_path(flag, value)
     conf = load_conf(args.conf_file, args.conf)
+    if args.sidecar_tensorboard_log_dir:  # TonY: the flag wins over the key
+        conf.set("tony.application.tensorboard-log-dir", args.sidecar_tensorboard_log_dir,
+                 "--sidecar_tensorboard_log_dir")
     for flag, key, values in (
         ("--shell_env", "tony.execution.envs", args.shell_env),
         ("--container_env", "tony.containers.envs", args.container_env),
@@ -93,7 +97,8 @@ def prepare(args: SubmitArgs) -> PreparedJob:
     if command:
         conf.set("tony.containers.command", command, "--executes")
     python = _python_for(args)
-    spec = build_job_spec(conf)
+    task_python = python or conf.get("tony.executor.python") or "python3"
+    spec = build_job_spec(conf, python=shlex.quote(task_python))
     check_local_inputs(args.src_dir, args.python_venv)
     if args.executes is not None and not args.executes.strip():
         raise UsageError("--executes: empty command")
@@ -107,13 +112,31 @@ def prepare(args: SubmitArgs) -> PreparedJob:
                 raise UsageError(f"--hdfs_classpath {entry}: expected an absolute or hdfs:// directory")
     links = _check_resources(conf, spec)
     _check_src_dir(args.src_dir, RESERVED_LINKS | links)
-    task_python = python or conf.get("tony.executor.python") or "python3"
     # Both interpreters end up inside YARN's launch script (the AM's in its environment).
     checks.launch_value("--python_binary_path" if python else "tony.executor.python", task_python,
                         what="interpreter path")
     checks.launch_value("tony.am.python", conf.get("tony.am.python") or "python3", what="interpreter path")
     _check_final_conf(conf)
-    return PreparedJob(args, conf, spec, task_python, keys.review(conf, spec.type_names()))
+    return PreparedJob(args, conf, spec, task_python, keys.review(conf, spec.type_names()), _hadoop_conf_files(conf))
+
+
+HADOOP_CONF_KEYS = {"tony.application.hdfs-conf-path": "hdfs-site.xml",
+                    "tony.application.yarn-conf-path": "yarn-site.xml",
+                    "tony.application.mapred-conf-path": "mapred-site.xml"}
+
+
+def _hadoop_conf_files(conf: TonyConf) -> dict[str, str]:
+    """TonY's tony.application.{hdfs,yarn,mapred}-conf-path: Hadoop config files that override
+    HADOOP_CONF_DIR's for this job (the client's JVM loads them; the AM gets copies)."""
+    files = {}
+    for key, name in HADOOP_CONF_KEYS.items():
+        path = (conf.get(key) or "").strip()
+        if path:
+            if not Path(checks.local_path(key, path)).is_file():
+                raise ConfigError(key, f"{path}: no such file", conf.origin(key))
+            read_xml(path, key)  # a hostile or broken file is refused here, not in a JVM later
+            files[name] = path
+    return files
 
 
 def _check_final_conf(conf: TonyConf) -> None:
@@ -157,25 +180,28 @@ RESERVED_LINKS = frozenset({VENV_LINK, RUNTIME_LINK, JAR_LINK, SRC_LINK, "tony-f
 def _check_resources(conf: TonyConf, spec: JobSpec) -> set[str]:
     """Local resources exist, no two resources of a task share a name (or take one of ours),
     and every name can pass through YARN's launch script. Returns every link name."""
-    common: set[str] = set()
+    common: dict[str, tuple] = {}
     every: set[str] = set()
     for key in ["tony.containers.resources"] + [f"tony.{t.name}.resources" for t in spec.types]:
-        names = set(common)
+        names = dict(common)
         for entry in (conf.get(key) or "").split(","):
             if not entry.strip():
                 continue
-            path, name, _ = _parse_resource_entry(entry.strip())
+            parsed = _parse_resource_entry(entry.strip())
+            path, name, _ = parsed
             if "://" not in path and not Path(checks.local_path(key, path)).exists():
                 raise UsageError(f"{key}: {path} does not exist")
             base = path.rstrip("/").rsplit("/", 1)[-1]
             link = name or base
             checks.link_name(key, base)  # the NodeManager's local copy keeps the file's own name
             checks.link_name(key, link)
+            if names.get(link) == parsed:
+                continue  # the same file listed twice (TonY: localized once)
             if link in RESERVED_LINKS or link in names:
-                taken = "is reserved by TonY-py" if link in RESERVED_LINKS else "is used twice"
-                raise UsageError(f"{key}: the name {link!r} {taken}; rename it with PATH::NAME")
-            names.add(link)
-        every |= names
+                taken = "is reserved by TonY-py" if link in RESERVED_LINKS else "names two different files"
+                raise UsageError(f"{key}: the name {link!r} {taken}; rename one with PATH::NAME")
+            names[link] = parsed
+        every |= set(names)
         if key == "tony.containers.resources":
             common = names
     return every
@@ -239,19 +265,17 @@ class Submission:
             src_zip = SRC_LINK
             task_links.append(SRC_LINK)
 
-        for entry in (self.job.conf.get("tony.containers.resources") or "").split(","):
-            if entry.strip():
-                for link, res in self._user_resource(entry.strip(), tmp, "tony.containers.resources"):
-                    resources[link] = res
-                    task_links.append(link)
+        for link, res in self._user_resources("tony.containers.resources", tmp):
+            resources[link] = res
+            task_links.append(link)
         type_links: dict[str, list[str]] = {}
         for task_type in self.job.spec.types:
-            key = f"tony.{task_type.name}.resources"
-            for entry in (self.job.conf.get(key) or "").split(","):
-                if entry.strip():
-                    for link, res in self._user_resource(entry.strip(), tmp, key):
-                        resources[link] = res
-                        type_links.setdefault(task_type.name, []).append(link)
+            for link, res in self._user_resources(f"tony.{task_type.name}.resources", tmp):
+                resources[link] = res
+                type_links.setdefault(task_type.name, []).append(link)
+
+        if needs_hadoop_in_task(self.job.spec):  # the sidecar mirrors a remote log dir with our jar
+            type_links.setdefault(TENSORBOARD_TYPE, []).append(JAR_LINK)
 
         hdfs_cp = []
         for directory in (args.hdfs_classpath or "").split(","):
@@ -270,8 +294,11 @@ class Submission:
             task_resources=task_links + ["tony-final.xml", SPEC_FILE, appsecret.SECRET_FILE],
             task_python=self.job.task_python,
             src_zip=src_zip,
-            extra={"hdfs_classpath": hdfs_cp, "type_resources": type_links},
+            extra={"hdfs_classpath": hdfs_cp, "type_resources": type_links,
+                   "hadoop_classpath": self._application_classpath()},
         )
+        for name, local in self.job.hadoop_conf_files.items():  # first on the AM's classpath
+            resources[name] = st.upload_private(Path(local), name)
         self.secret = appsecret.generate()
         resources[appsecret.SECRET_FILE] = st.write_text(appsecret.SECRET_FILE, self.secret, mode=0o600)
         final = self.job.conf.resolved()
@@ -284,11 +311,26 @@ class Submission:
         resources["tony-job.json"] = st.write_text("tony-job.json", json.dumps(meta.to_json(), indent=1))
         return resources, meta
 
+    def _user_resources(self, key: str, tmp: Path) -> list[tuple[str, Resource]]:
+        """The entries of a resources key, each file once (empty and repeated entries skipped)."""
+        out, seen = [], set()
+        for entry in (self.job.conf.get(key) or "").split(","):
+            entry = entry.strip()
+            if entry and _parse_resource_entry(entry) not in seen:
+                seen.add(_parse_resource_entry(entry))
+                out += self._user_resource(entry, tmp, key)
+        return out
+
     def _user_resource(self, entry: str, tmp: Path, key: str):
         """TonY's resource entries: remote paths are localized as they are, local files are
         uploaded, local directories are zipped and localized as archives."""
         path, name, archive = _parse_resource_entry(entry)
         if "://" in path:
+            desc = self.gw.json(f"stat {path}", self.gw.fs.describe, path)
+            if desc is not None and desc.get("directory") and not archive:
+                # TonY: a remote directory contributes its files, each under its own name.
+                files = self.gw.call(f"list {path}", self.gw.fs.listFiles, path)
+                return [(checks.link_name(key, f.rsplit("/", 1)[-1]), self.stager.remote(f, "FILE")) for f in files]
             return [(name or path.rstrip("/").rsplit("/", 1)[-1], self.stager.remote(path, "ARCHIVE" if archive else "FILE"))]
         local = Path(path)
         if not local.exists():
@@ -299,13 +341,22 @@ class Submission:
         return [(name or local.name, self.stager.upload_private(local, local.name, "ARCHIVE" if archive else "FILE"))]
 
     # ---- the AM ------------------------------------------------------------------------------
-    def _am_request(self, resources: dict[str, Resource]) -> dict:
+    def _application_classpath(self) -> list[str]:
+        """Where containers find Hadoop: the cluster's yarn.application.classpath."""
+        if not hasattr(self, "_app_classpath"):
+            self._app_classpath = list(self.gw.call("read the application classpath",
+                                                    self.gw.bridge.applicationClasspath))
+        return self._app_classpath
+
+    def _am_request(self, resources: dict[str, Resource], meta: JobMeta) -> dict:
         spec = self.job.spec
-        classpath = ["{{PWD}}", "{{PWD}}/" + JAR_LINK]
-        classpath += list(self.gw.call("read the application classpath", self.gw.bridge.applicationClasspath))
+        classpath = ["{{PWD}}", "{{PWD}}/" + JAR_LINK] + self._application_classpath()
         am_resources = {k: resources[k].to_json()
                         for k in (JAR_LINK, RUNTIME_LINK, "tony-final.xml", SPEC_FILE, "tony-job.json",
                                   appsecret.SECRET_FILE)}
+        am_resources.update({name: resources[name].to_json() for name in self.job.hadoop_conf_files})
+        if spec.single_node:  # the AM's container runs the task: it needs the task's files too
+            am_resources.update(meta.resources)
         java_opts = " ".join([AM_HEAP, *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS])
         return {
             "name": spec.name,
@@ -315,6 +366,11 @@ class Submission:
             "node_label": spec.node_label,
             "security": spec.security_enabled,
             "max_attempts": spec.am_max_attempts,
+            "priority": spec.priority,
+            # The RM ends the application a little after tony.application.timeout even if no client
+            # or AM is left to do it (the AM's own timeout, with a clear reason, comes first).
+            "lifetime_s": math.ceil(spec.timeout_ms / 1000) + LIFETIME_GRACE_S if spec.timeout_ms else 0,
+            "other_namenodes": list(spec.other_namenodes),
             # A new AM attempt re-adopts the running tasks instead of starting over.
             "keep_containers": True,
             "memory_mb": spec.am.memory_mb,
@@ -327,6 +383,7 @@ class Submission:
                     "PYTHONPATH": f"{{{{PWD}}}}/{RUNTIME_LINK}:{{{{PWD}}}}/{RUNTIME_LINK}/deps",
                     "PYTHONUNBUFFERED": "1",
                     "TONY_AM_PYTHON": self.job.conf.get("tony.am.python") or "python3",
+                    **docker_env(spec, spec.docker_am_image),
                 },
                 "commands": [f"{{{{JAVA_HOME}}}}/bin/java {java_opts} {AM_CLASS} 1><LOG_DIR>/am.log 2>&1"],
             },
@@ -342,6 +399,13 @@ class Submission:
         for flag, path in (("--src_dir", args.src_dir), ("--python_venv", args.python_venv)):
             if path and "://" in path and not self.gw.call(f"check {flag}", self.gw.fs.exists, path):
                 raise UsageError(f"{flag} {path}: no such file on the cluster file system")
+        placements = [("tony.application.placement-spec", spec.placement_spec)]
+        placements += [(f"tony.{t.name}.placement-spec", t.placement_spec) for t in spec.types]
+        for key, expression in placements:
+            error = expression and self.gw.call("check a placement spec", self.gw.bridge.placementError, expression)
+            if error:
+                raise ConfigError(key, f"{expression!r} is not a YARN placement constraint: {error}",
+                                  self.job.conf.origin(key))
 
     def run(self) -> int:
         spec = self.job.spec
@@ -351,8 +415,8 @@ class Submission:
                              warn=lambda text: print(f"tony: warning: {text}", file=sys.stderr))
         try:
             with tempfile.TemporaryDirectory(prefix="tony-submit-") as tmp:
-                resources, _meta = self._stage(Path(tmp))
-            request = self._am_request(resources)
+                resources, meta = self._stage(Path(tmp))
+            request = self._am_request(resources, meta)
             self.submitted_at = time.time()
             self.submitted = True  # from here on an interruption must kill the application
             self.gw.call("submit the application", self.gw.bridge.submit, self.app_id, json.dumps(request))
@@ -364,7 +428,8 @@ class Submission:
                 print(self.app_id, file=self.out)
                 return 0  # the AM deletes the staging dir when the job ends
             signer = Signer(self.secret, f"client-{os.getpid()}")
-            self.monitor = Monitor(self.gw, self.app_id, signer, quiet=self.job.args.quiet, out=self.out)
+            self.monitor = Monitor(self.gw, self.app_id, signer, quiet=self.job.args.quiet, out=self.out,
+                                   startup_timeout_ms=spec.startup_timeout_ms)
             code = self.monitor.follow()
             with guard.cleanup():
                 self.stager.cleanup()
@@ -409,7 +474,7 @@ def main(argv: list[str] | None = None, prog: str = "tony submit") -> int:
         job = prepare(args)
         for warning in job.warnings:
             print(f"{prog}: warning: {warning}", file=sys.stderr)
-        with ClientGateway() as gw:
+        with ClientGateway(conf_files=list(job.hadoop_conf_files.values())) as gw:
             return Submission(gw, job).run()
     except TonyError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)

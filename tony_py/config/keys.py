@@ -30,10 +30,23 @@ tony.task.executor.am-lost-timeout-sec
 tony.container.allocation.timeout tony.container.registration.timeout
 tony.containers.command tony.containers.envs tony.containers.resources tony.execution.envs
 tony.executor.python tony.staging.cache-visibility
+tony.application.priority tony.am.startup-timeout tony.application.prepare-stage tony.application.training-stage
+tony.application.tensorboard-log-dir tony.horovod.mode.test tony.horovod.mode.test.fast.fail
+tony.horovod.driver.mode.debug tony.application.placement-spec tony.containers.placement-spec
+tony.containers.allocation-tags tony.docker.enabled tony.docker.containers.image tony.docker.containers.mount
+tony.other.namenodes tony.task.gpu-metrics.enabled tony.am.command
+tony.application.hdfs-conf-path tony.application.yarn-conf-path tony.application.mapred-conf-path
 """.split())
+# Families of keys with a name inside them.
+SUPPORTED_PATTERNS = (
+    re.compile(r"^tony\.application\.group\.[A-Za-z]+$"),
+    re.compile(r"^tony\.application\.dependency\.[A-Za-z]+\.timeout\.after\.[A-Za-z]+(\.ignored)?$"),
+    re.compile(r"^tony\.docker\.[a-z]+\.image$"),
+)
 
 # tony.<type>.<suffix> keys read for every job type.
-PER_TYPE = frozenset("instances memory vcores gpus node-label command resources max-instances".split())
+PER_TYPE = frozenset("instances memory vcores gpus node-label command resources max-instances placement-spec "
+                     "allocation-tags".split())
 
 # TonY keys with no effect in TonY-py, and why.
 _NOT_NEEDED = "TonY-py's executors and AM are not JVMs"
@@ -47,16 +60,11 @@ NOT_SUPPORTED: dict[str, str] = {
     "tony.version-info": "set by TonY's own build",
 }
 NOT_YET: tuple[str, ...] = (
-    "tony.am.startup-timeout", "tony.application.enable-preprocess", "tony.application.hdfs-conf-path",
-    "tony.application.yarn-conf-path", "tony.application.mapred-conf-path", "tony.other.namenodes",
-    "tony.application.prepare-stage", "tony.application.training-stage", "tony.application.placement-spec",
-    "tony.application.hadoop.location", "tony.application.hadoop.classpath", "tony.application.tensorboard-log-dir",
-    "tony.task.gpu-metrics.enabled", "tony.am.node-label", "tony.am.command", "tony.am.resources",
-    "tony.gpu-exec-path", "tony.containers.placement-spec", "tony.containers.allocation-tags",
-    "tony.docker.", "tony.history.", "tony.portal.", "tony.keytab.", "tony.https.", "tony.http.", "tony.secret.",
-    "tony.horovod.", "tony.application.group.", "tony.application.dependency.",
+    "tony.application.enable-preprocess", "tony.application.hadoop.location", "tony.application.hadoop.classpath",
+    "tony.am.node-label", "tony.am.resources", "tony.gpu-exec-path",
+    "tony.history.", "tony.portal.", "tony.keytab.", "tony.https.", "tony.http.", "tony.secret.",
 )
-PER_TYPE_NOT_YET = frozenset("placement-spec allocation-tags depends-on".split())
+PER_TYPE_NOT_YET = frozenset("depends-on".split())
 _PER_TYPE_KEY = re.compile(r"^tony\.([a-z]+)\.([a-z.-]+)$")
 
 
@@ -79,7 +87,8 @@ def review(conf: TonyConf, type_names: list[str]) -> list[str]:
     warnings = []
     for key in conf.keys():
         origin = conf.origin(key)
-        if not key.startswith("tony.") or origin == "defaults" or key in SUPPORTED or key in per_type:
+        if not key.startswith("tony.") or origin == "defaults" or key in SUPPORTED or key in per_type \
+                or any(p.match(key) for p in SUPPORTED_PATTERNS):
             continue
         where = f" (set in {origin})"
         reason = _not_supported(key)

@@ -64,6 +64,8 @@ class Settings:
     runtime_dir: str
     log_dir: Path
     am_lost_timeout_s: float
+    single_node: bool = False
+    host: str = "localhost"
 
     @classmethod
     def load(cls, env: dict, spec_file: Path) -> "Settings":
@@ -87,6 +89,8 @@ class Settings:
             runtime_dir=env.get("TONY_RUNTIME_DIR", ""),
             log_dir=Path((env.get("LOG_DIRS") or ".").split(",")[0]),
             am_lost_timeout_s=float(spec.am_lost_timeout_s),
+            single_node=spec.single_node,
+            host=env.get("NM_HOST") or socket.getfqdn(),
         )
 
 
@@ -170,10 +174,16 @@ def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: 
         # --shell_env PYTHONPATH=...: the user's entries first, then tony_py (tony_py.task).
         env["PYTHONPATH"] = os.pathsep.join(p for p in (settings.execution_env["PYTHONPATH"], runtime_path) if p)
     env.update({k: str(v) for k, v in spec_env.items()})
+    if settings.single_node:  # TonY's single-node job: the command knows it runs in the AM's container
+        env["PREPROCESSING_JOB"] = "true"
+        env["HOME"] = str(cwd)
     error_file = str(cwd / f"tony-error-{attempt}.json")
     env["TONY_ERROR_FILE"] = error_file
     env["TORCHELASTIC_ERROR_FILE"] = error_file
     env["TONY_PROGRESS_FILE"] = str(cwd / f"tony-progress-{attempt}")
+    # What the process reports back to the AM (Horovod's driver: its rendezvous port).
+    env["TONY_CALLBACK_FILE"] = str(cwd / f"tony-callback-{attempt}.json")
+    env["DRIVER_OUTPUT_PATH"] = str(cwd)  # TonY's name for where its Horovod driver wrote that
     return env
 
 
@@ -184,6 +194,14 @@ def _describe_command(command: str) -> tuple[str, int]:
         words = command.split()
     script = next((w for w in words[1:] if not w.startswith("-")), words[0]) if len(words) > 1 else command
     return script, max(0, len(words) - 1 - (words.index(script) if script in words else 0))
+
+
+def _listening(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
 
 
 def progress_age(path: str) -> float | None:
@@ -238,6 +256,9 @@ class Executor:
         self.control_port = control_port
         self.child: UserProcess | None = None
         self.progress_file: str | None = None
+        self.callback_file: str | None = None
+        self.tb_port: int | None = None
+        self.reported: set[str] = set()
         self.terminated = threading.Event()
 
     def _body(self, attempt: int, **extra) -> dict:
@@ -301,6 +322,8 @@ class Executor:
         out = self.s.log_dir / f"attempt-{attempt}.stdout"
         err = self.s.log_dir / f"attempt-{attempt}.stderr"
         self.progress_file = env["TONY_PROGRESS_FILE"]
+        self.callback_file = env["TONY_CALLBACK_FILE"]
+        self.tb_port, self.reported = tb_port, set()
         self.child = UserProcess(self.s.command, env, str(self.cwd), out, err)
         # Not the whole command: task_params may carry credentials, and this log is aggregated.
         log.info("started pid %d: %s (%d more argument(s))", self.child.pid, *_describe_command(self.s.command))
@@ -364,10 +387,33 @@ class Executor:
             if now >= next_metrics:  # process-tree RSS: cheap, but not every second (tony.task.metrics-interval-ms)
                 next_metrics = now + self.s.metrics_interval_s
                 metrics = self._metrics()
-            if now >= next_beat:
+            beat = now >= next_beat
+            if beat:
                 next_beat = now + self.s.heartbeat_s
                 _check(self.channel.post("/v1/heartbeat", self._body(
                     attempt, metrics=metrics, progress_age_s=progress_age(self.progress_file))))
+            self._report_once(attempt, probe_tensorboard=beat)
+
+    def _report_once(self, attempt: int, probe_tensorboard: bool) -> None:
+        """Things the AM waits for, each reported once: a callback file the process wrote, and
+        TensorBoard listening on this task's TB_PORT."""
+        if "callback" not in self.reported and self.callback_file and os.path.exists(self.callback_file):
+            self.reported.add("callback")
+            try:
+                with open(self.callback_file) as f:
+                    info = json.loads(f.read(4096))
+                if not isinstance(info, dict):
+                    raise ValueError("not a JSON object")
+            except (OSError, ValueError) as exc:
+                log.error("unreadable callback file %s: %s", self.callback_file, exc)
+            else:
+                _check(self.channel.post("/v1/callback", self._body(attempt, info=info)))
+        if (probe_tensorboard and "tensorboard" not in self.reported and self.tb_port
+                and _listening(self.s.host, self.tb_port)):
+            self.reported.add("tensorboard")
+            url = f"http://{self.s.host}:{self.tb_port}"
+            log.info("TensorBoard is up at %s", url)
+            _check(self.channel.post("/v1/tensorboard", self._body(attempt, url=url)))
 
     def _metrics(self) -> dict:
         metrics = {"executor_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}

@@ -19,7 +19,7 @@ def trainers(cluster) -> list[tuple[str, int, str]]:
     return out
 
 
-def task_env(spec, cluster, task) -> dict[str, str]:
+def task_env(spec, cluster, task, callbacks=None) -> dict[str, str]:
     ranked = trainers(cluster)
     if not ranked:
         return {}

@@ -3,5 +3,5 @@
 from __future__ import annotations
 
 
-def task_env(spec, cluster, task) -> dict[str, str]:
+def task_env(spec, cluster, task, callbacks=None) -> dict[str, str]:
     return {}

@@ -18,7 +18,7 @@ def tf_config(spec, cluster, task) -> dict:
     return {"cluster": view, "task": {"type": task.type, "index": task.index}}
 
 
-def task_env(spec, cluster, task) -> dict[str, str]:
+def task_env(spec, cluster, task, callbacks=None) -> dict[str, str]:
     if spec.distributed_mode != "GANG":
         # TonY sets the cluster variables in GANG mode only: in FCFS tasks start before
         # the cluster is complete, so no full spec exists.

@@ -2,6 +2,7 @@
 told (exit code, stderr, sleeping) so tests can drive TonY's success/failure rules."""
 
 import argparse
+import atexit
 import json
 import os
 import subprocess
@@ -32,6 +33,7 @@ def main():
     args = p.parse_args()
     me = f"{os.environ['JOB_NAME']}:{os.environ['TASK_INDEX']}"
     record = {k: os.environ.get(k) for k in VARS}
+    record["started_at"] = time.time()
     record["all_env"] = dict(os.environ)
     record["argv"] = sys.argv[1:]
     record["cwd_files"] = sorted(os.listdir("."))
@@ -48,8 +50,19 @@ def main():
     except ImportError:
         record["tony_py_task_file"] = None
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"{me}.json"), "w") as f:
-        json.dump(record, f)
+    path = os.path.join(args.out, f"{me}.json")
+
+    def save():
+        with open(path + ".tmp", "w") as f:
+            json.dump(record, f)
+        os.replace(path + ".tmp", path)
+
+    def finished():  # when it exits by itself (a normal end or a sys.exit), not when it is killed
+        record["ended_at"] = time.time()
+        save()
+
+    save()
+    atexit.register(finished)
     print(f"probe {me} started", flush=True)
 
     def lookup(spec):

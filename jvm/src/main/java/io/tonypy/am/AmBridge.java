@@ -25,17 +25,23 @@ import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
 import org.apache.hadoop.yarn.api.records.Container;
 import org.apache.hadoop.yarn.api.records.ContainerId;
 import org.apache.hadoop.yarn.api.records.ContainerStatus;
+import org.apache.hadoop.yarn.api.records.ExecutionType;
+import org.apache.hadoop.yarn.api.records.ExecutionTypeRequest;
 import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
 import org.apache.hadoop.yarn.api.records.NodeReport;
 import org.apache.hadoop.yarn.api.records.Priority;
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.api.records.ResourceInformation;
+import org.apache.hadoop.yarn.api.records.ResourceSizing;
+import org.apache.hadoop.yarn.api.records.SchedulingRequest;
+import org.apache.hadoop.yarn.api.resource.PlacementConstraint;
 import org.apache.hadoop.yarn.api.records.UpdatedContainer;
 import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
 import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
 import org.apache.hadoop.yarn.client.api.async.NMClientAsync;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
+import org.apache.hadoop.yarn.util.constraint.PlacementConstraintParser;
 import org.apache.hadoop.yarn.util.resource.ResourceUtils;
 
 /**
@@ -114,9 +120,19 @@ public final class AmBridge {
     return ByteBuffer.wrap(dob.getData(), 0, dob.getLength());
   }
 
-  /** Registers with the RM; returns capacity, resource types and containers kept from earlier attempts. */
-  public String register(String host, int port, String trackingUrl) throws Exception {
-    RegisterApplicationMasterResponse r = amrm.registerApplicationMaster(host, port, trackingUrl);
+  /**
+   * Registers with the RM; returns capacity, resource types and containers kept from earlier
+   * attempts. placementSpec: an application-wide placement constraint expression, or null.
+   */
+  public String register(String host, int port, String trackingUrl, String placementSpec) throws Exception {
+    RegisterApplicationMasterResponse r;
+    if (placementSpec == null || placementSpec.isEmpty()) {
+      r = amrm.registerApplicationMaster(host, port, trackingUrl);
+    } else {
+      Map<java.util.Set<String>, PlacementConstraint> constraints = new java.util.HashMap<>();
+      constraints.put(java.util.Collections.singleton(""), PlacementConstraintParser.parseExpression(placementSpec).build());
+      r = amrm.registerApplicationMaster(host, port, trackingUrl, constraints);
+    }
     ResourceUtils.reinitializeResources(r.getResourceTypes());
     Map<String, Object> out = new LinkedHashMap<>();
     out.put("max_capability", resourceMap(r.getMaximumResourceCapability()));
@@ -149,6 +165,29 @@ public final class AmBridge {
       }
       amrm.addContainerRequest(b.build());
     }
+  }
+
+  /**
+   * Asks for `count` containers of one job type as a SchedulingRequest with a placement
+   * constraint (tony.<type>.placement-spec) and allocation tags; allocationRequestId ties them
+   * to the type as for plain requests.
+   */
+  public void requestPlaced(long allocationRequestId, int priority, long memoryMb, int vcores, long gpus,
+      java.util.List<String> tags, String expression, int count) throws Exception {
+    Resource res = Resource.newInstance(memoryMb, vcores);
+    if (gpus > 0) {
+      res.setResourceValue(ResourceInformation.GPU_URI, gpus);
+    }
+    SchedulingRequest request =
+        SchedulingRequest.newBuilder()
+            .allocationRequestId(allocationRequestId)
+            .priority(Priority.newInstance(priority))
+            .executionType(ExecutionTypeRequest.newInstance(ExecutionType.GUARANTEED))
+            .allocationTags(new java.util.HashSet<>(tags))
+            .resourceSizing(ResourceSizing.newInstance(count, res))
+            .placementConstraintExpression(PlacementConstraintParser.parseExpression(expression).build())
+            .build();
+    amrm.addSchedulingRequests(java.util.Collections.singletonList(request));
   }
 
   /** Withdraws every outstanding request of a job type; returns how many were withdrawn. */
@@ -308,6 +347,16 @@ public final class AmBridge {
     @Override
     public float getProgress() {
       return progress;
+    }
+
+    @Override
+    public void onRequestsRejected(List<org.apache.hadoop.yarn.api.records.RejectedSchedulingRequest> rejected) {
+      for (org.apache.hadoop.yarn.api.records.RejectedSchedulingRequest r : rejected) {
+        Map<String, Object> body = new LinkedHashMap<>();
+        body.put("allocation_request_id", r.getRequest().getAllocationRequestId());
+        body.put("reason", String.valueOf(r.getReason()));
+        emit("requests_rejected", body);
+      }
     }
 
     @Override

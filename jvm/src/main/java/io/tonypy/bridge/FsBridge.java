@@ -92,6 +92,7 @@ public final class FsBridge {
     out.put("size", st.getLen());
     out.put("mtime", st.getModificationTime());
     out.put("mode", (int) st.getPermission().toShort());
+    out.put("directory", st.isDirectory());
     out.put("public", isPublic(fs, st));
     return Json.write(out);
   }

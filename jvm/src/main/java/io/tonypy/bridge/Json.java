@@ -25,6 +25,14 @@ public final class Json {
     return obj.has(key) && !obj.get(key).isJsonNull() ? obj.get(key).getAsString() : dflt;
   }
 
+  public static java.util.List<String> strings(JsonObject obj, String key) {
+    java.util.List<String> out = new java.util.ArrayList<>();
+    if (obj.has(key) && obj.get(key).isJsonArray()) {
+      obj.getAsJsonArray(key).forEach(e -> out.add(e.getAsString()));
+    }
+    return out;
+  }
+
   public static long num(JsonObject obj, String key, long dflt) {
     return obj.has(key) && !obj.get(key).isJsonNull() ? obj.get(key).getAsLong() : dflt;
   }

@@ -42,7 +42,18 @@ public final class ClientBridge {
   private boolean resourceTypesLoaded;
 
   public ClientBridge() {
+    this(new String[0]);
+  }
+
+  /**
+   * confFiles: extra Hadoop configuration files, loaded over HADOOP_CONF_DIR's (TonY's
+   * tony.application.hdfs-conf-path / yarn-conf-path / mapred-conf-path).
+   */
+  public ClientBridge(String[] confFiles) {
     conf = new YarnConfiguration();
+    for (String file : confFiles) {
+      conf.addResource(new org.apache.hadoop.fs.Path(file));
+    }
     yarn = YarnClient.createYarnClient();
     yarn.init(conf);
     yarn.start();
@@ -144,6 +155,13 @@ public final class ClientBridge {
     ctx.setKeepContainersAcrossApplicationAttempts(
         spec.has("keep_containers") && spec.get("keep_containers").getAsBoolean());
     ctx.setPriority(Priority.newInstance((int) Json.num(spec, "priority", 0)));
+    long lifetime = Json.num(spec, "lifetime_s", 0);
+    if (lifetime > 0) {
+      // The RM kills the application at submit + lifetime even if no client or AM is left to.
+      ctx.setApplicationTimeouts(
+          java.util.Collections.singletonMap(
+              org.apache.hadoop.yarn.api.records.ApplicationTimeoutType.LIFETIME, lifetime));
+    }
     Resource res = Resource.newInstance(Json.num(spec, "memory_mb", 1024), (int) Json.num(spec, "vcores", 1));
     long gpus = Json.num(spec, "gpus", 0);
     if (gpus > 0) {
@@ -152,22 +170,42 @@ public final class ClientBridge {
     ctx.setResource(res);
     boolean security = !spec.has("security") || spec.get("security").getAsBoolean();
     ContainerLaunchContext clc =
-        LaunchSpecs.toLaunchContext(spec.get("launch").toString(), security ? securityTokens() : null);
+        LaunchSpecs.toLaunchContext(
+            spec.get("launch").toString(), security ? securityTokens(Json.strings(spec, "other_namenodes")) : null);
     ctx.setAMContainerSpec(clc);
     yarn.submitApplication(ctx);
   }
 
-  /** HDFS delegation tokens for the AM when Kerberos is on; none in simple-auth mode. */
-  private ByteBuffer securityTokens() throws IOException {
+  /**
+   * HDFS delegation tokens for the AM when Kerberos is on (none in simple-auth mode): for the
+   * default file system and for each of tony.other.namenodes.
+   */
+  private ByteBuffer securityTokens(List<String> otherNamenodes) throws IOException {
     if (!UserGroupInformation.isSecurityEnabled()) {
       return null;
     }
     Credentials creds = new Credentials();
     String renewer = conf.get(YarnConfiguration.RM_PRINCIPAL, "yarn");
     org.apache.hadoop.fs.FileSystem.get(conf).addDelegationTokens(renewer, creds);
+    for (String uri : otherNamenodes) {
+      new org.apache.hadoop.fs.Path(uri).getFileSystem(conf).addDelegationTokens(renewer, creds);
+    }
     DataOutputBuffer dob = new DataOutputBuffer();
     creds.writeTokenStorageToStream(dob);
     return ByteBuffer.wrap(dob.getData(), 0, dob.getLength());
+  }
+
+  /**
+   * Checks a YARN placement constraint expression (tony.*.placement-spec) with YARN's own
+   * parser; returns null if it parses, else the parser's message.
+   */
+  public String placementError(String expression) {
+    try {
+      org.apache.hadoop.yarn.util.constraint.PlacementConstraintParser.parseExpression(expression);
+      return null;
+    } catch (Exception e) {
+      return String.valueOf(e.getMessage());
+    }
   }
 
   public String report(String appId) throws IOException, YarnException {

@@ -1,0 +1,309 @@
+package io.tonypy.cli;
+
+import java.io.BufferedReader;
+import java.io.File;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.InputStreamReader;
+import java.net.URL;
+import java.net.URLClassLoader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.AtomicMoveNotSupportedException;
+import java.nio.file.FileAlreadyExistsException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.nio.file.StandardCopyOption;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.TimeUnit;
+import java.util.zip.ZipEntry;
+import java.util.zip.ZipInputStream;
+
+/**
+ * The jar's driver: `hadoop jar tony-py.jar …`, `java -cp … io.tonypy.cli.Submit …` and
+ * Dataproc's `jobs submit hadoop --class …` all land here (com.linkedin.tony.cli.ClusterSubmitter
+ * is the same, under TonY's name). It runs the Python client bundled in the jar
+ * (tony_py_runtime.zip) in a child process, with this JVM's classpath and HADOOP_CONF_DIR, so
+ * `hadoop`'s configuration, Kerberos ticket cache and file systems are the ones it uses, and
+ * exits with the client's exit code (0 succeeded, 1 failed, 2 bad input, 130 interrupted).
+ *
+ * <p>Why a child process rather than Python attaching to this JVM: the child is the same client
+ * as `tony submit` (one code path, its tested Ctrl-C handling), and it outlives a SIGKILLed
+ * driver just long enough to kill the YARN application (PR_SET_PDEATHSIG). See
+ * docs/architecture.md.
+ */
+public final class Submit {
+  static final String RUNTIME = "/tony_py_runtime.zip";
+  static final String RUNTIME_HASH = "/tony_py_runtime.sha256";
+  static final List<String> KNOWN_CLASSES =
+      Arrays.asList("io.tonypy.cli.Submit", "com.linkedin.tony.cli.ClusterSubmitter", "com.linkedin.tony.TonyClient");
+  static final String[] PYTHONS = {"/opt/conda/default/bin/python3", "python3"};
+  static final int EXIT_USAGE = 2;
+  static final long CHILD_GRACE_S = 60;
+
+  private Submit() {}
+
+  public static void main(String[] args) {
+    System.exit(run(args));
+  }
+
+  static int run(String[] args) {
+    List<String> argv = new ArrayList<>(Arrays.asList(args));
+    // `hadoop jar X.jar <class> …` with a Main-Class: RunJar passes the class name on.
+    if (!argv.isEmpty() && KNOWN_CLASSES.contains(argv.get(0))) {
+      argv.remove(0);
+    }
+    List<String> properties = new ArrayList<>();
+    List<String> flags = genericOptions(argv, properties);
+    String python;
+    Path runtime;
+    try {
+      python = findPython();
+      runtime = materializeRuntime();
+    } catch (UsageException e) {
+      System.err.println("tony-py: error: " + e.getMessage());
+      return EXIT_USAGE;
+    }
+    List<String> command = new ArrayList<>(Arrays.asList(python, "-m", "tony_py.submit"));
+    for (String property : properties) {
+      command.add("--conf");
+      command.add(property);
+    }
+    command.addAll(flags);
+    ProcessBuilder pb = new ProcessBuilder(command).inheritIO();
+    Map<String, String> env = pb.environment();
+    env.put("PYTHONPATH", runtime + File.pathSeparator + runtime.resolve("deps"));
+    env.put("TONY_HADOOP_CLASSPATH", System.getProperty("java.class.path"));
+    env.put("TONY_PY_JAR", ownJar());
+    env.put("TONY_DIE_WITH_PARENT", "1"); // the client kills the application if this JVM is killed
+    env.put("TONY_LAUNCHER", "jar");
+    if (env.get("HADOOP_CONF_DIR") == null) {
+      String confDir = confDirOnClasspath();
+      if (confDir != null) {
+        env.put("HADOOP_CONF_DIR", confDir);
+      }
+    }
+    Process child;
+    try {
+      child = pb.start();
+    } catch (IOException e) {
+      System.err.println("tony-py: error: cannot start " + python + ": " + e.getMessage());
+      return EXIT_USAGE;
+    }
+    // SIGINT/SIGTERM to this JVM: pass SIGTERM on and wait for the client to kill the
+    // application and clean up (a terminal's Ctrl-C reaches the client directly as well).
+    Thread hook = new Thread(() -> {
+      if (child.isAlive()) {
+        child.destroy();
+        try {
+          child.waitFor(CHILD_GRACE_S, TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+        }
+      }
+    }, "tony-py-driver-shutdown");
+    Runtime.getRuntime().addShutdownHook(hook);
+    try {
+      int code = child.waitFor();
+      Runtime.getRuntime().removeShutdownHook(hook);
+      return code;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return 130;
+    }
+  }
+
+  /**
+   * Leading generic options, as Hadoop's GenericOptionsParser takes them (`-D key=value`,
+   * `-Dkey=value`, `--D key=value`): collected as properties (Dataproc passes job properties this
+   * way). Returns the rest of the arguments.
+   */
+  static List<String> genericOptions(List<String> argv, List<String> properties) {
+    int i = 0;
+    while (i < argv.size()) {
+      String a = argv.get(i);
+      if ((a.equals("-D") || a.equals("--D")) && i + 1 < argv.size()) {
+        properties.add(argv.get(i + 1));
+        i += 2;
+      } else if (a.startsWith("-D") && a.length() > 2 && a.contains("=")) {
+        properties.add(a.substring(2));
+        i += 1;
+      } else {
+        break;
+      }
+    }
+    return new ArrayList<>(argv.subList(i, argv.size()));
+  }
+
+  /** An explicit setting, then Dataproc's conda interpreter, then python3 on PATH; 3.11 or newer. */
+  static String findPython() throws UsageException {
+    List<String> candidates = new ArrayList<>();
+    String explicit = System.getProperty("tony.client.python", System.getenv("TONY_CLIENT_PYTHON"));
+    if (explicit != null && !explicit.isEmpty()) {
+      candidates.add(explicit);
+    } else {
+      candidates.addAll(Arrays.asList(PYTHONS));
+    }
+    String found = null;
+    for (String candidate : candidates) {
+      String version = pythonVersion(candidate);
+      if (version == null) {
+        continue;
+      }
+      String[] parts = version.trim().split("\\.");
+      int major = Integer.parseInt(parts[0]);
+      int minor = Integer.parseInt(parts[1]);
+      if (major > 3 || (major == 3 && minor >= 11)) {
+        return candidate;
+      }
+      found = candidate + " is Python " + version.trim();
+      if (explicit != null && !explicit.isEmpty()) {
+        break;
+      }
+    }
+    String how = "point at one with -Dtony.client.python=/path/to/python3 or TONY_CLIENT_PYTHON";
+    if (found != null) {
+      throw new UsageException(found + "; TonY-py's client needs Python 3.11 or newer: " + how);
+    }
+    throw new UsageException("no Python found (tried " + String.join(", ", candidates)
+        + "); TonY-py's client needs Python 3.11 or newer: " + how);
+  }
+
+  static String pythonVersion(String python) {
+    try {
+      Process p = new ProcessBuilder(python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])")
+          .redirectErrorStream(true).start();
+      String out;
+      try (BufferedReader r = new BufferedReader(new InputStreamReader(p.getInputStream(), StandardCharsets.UTF_8))) {
+        out = r.readLine();
+      }
+      if (!p.waitFor(30, TimeUnit.SECONDS) || p.exitValue() != 0 || out == null || !out.matches("\\d+\\.\\d+")) {
+        return null;
+      }
+      return out;
+    } catch (IOException | InterruptedException e) {
+      return null;
+    }
+  }
+
+  /**
+   * The bundled Python runtime, unpacked once per content hash into the user's cache
+   * (~/.cache/tony-py/runtime-<hash>): a second driver start reuses it. Unpacked into a
+   * temporary directory first and renamed, so a half-written copy is never used.
+   */
+  static Path materializeRuntime() throws UsageException {
+    String hash;
+    try (InputStream in = Submit.class.getResourceAsStream(RUNTIME_HASH)) {
+      if (in == null) {
+        throw new UsageException("this jar has no bundled Python runtime (" + RUNTIME + "): rebuild it with mvn package");
+      }
+      hash = new String(in.readAllBytes(), StandardCharsets.UTF_8).trim();
+    } catch (IOException e) {
+      throw new UsageException("cannot read the bundled runtime: " + e.getMessage());
+    }
+    String base = System.getenv("TONY_PY_CACHE");
+    Path cache = base != null ? Paths.get(base) : Paths.get(System.getProperty("user.home"), ".cache", "tony-py");
+    Path target = cache.resolve("runtime-" + hash.substring(0, 20));
+    if (Files.isDirectory(target)) {
+      return target;
+    }
+    try {
+      Files.createDirectories(cache);
+      Path tmp = Files.createTempDirectory(cache, ".runtime-");
+      try (ZipInputStream zip = new ZipInputStream(Submit.class.getResourceAsStream(RUNTIME))) {
+        ZipEntry entry;
+        while ((entry = zip.getNextEntry()) != null) {
+          Path out = tmp.resolve(entry.getName()).normalize();
+          if (!out.startsWith(tmp)) {
+            throw new IOException("bad entry " + entry.getName());
+          }
+          if (entry.isDirectory()) {
+            Files.createDirectories(out);
+          } else {
+            Files.createDirectories(out.getParent());
+            Files.copy(zip, out, StandardCopyOption.REPLACE_EXISTING);
+          }
+        }
+      }
+      try {
+        Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE);
+      } catch (FileAlreadyExistsException | AtomicMoveNotSupportedException e) {
+        deleteTree(tmp); // another driver unpacked the same runtime meanwhile
+      } catch (IOException e) {
+        if (!Files.isDirectory(target)) {
+          throw e;
+        }
+        deleteTree(tmp);
+      }
+      return target;
+    } catch (IOException e) {
+      throw new UsageException("cannot unpack the bundled Python runtime into " + cache + ": " + e.getMessage());
+    }
+  }
+
+  static void deleteTree(Path root) {
+    try (java.util.stream.Stream<Path> paths = Files.walk(root)) {
+      paths.sorted(java.util.Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+    } catch (IOException e) {
+      // best effort
+    }
+  }
+
+  /**
+   * This jar's path, which the client stages for the AM. Under `hadoop jar`, RunJar loads
+   * classes from its unpacked copy, so the code source may be a directory: then the jar is the
+   * one on the class loader's URLs that holds this class.
+   */
+  static String ownJar() {
+    try {
+      URL location = Submit.class.getProtectionDomain().getCodeSource().getLocation();
+      File file = new File(location.toURI());
+      if (file.isFile()) {
+        return file.getAbsolutePath();
+      }
+      ClassLoader loader = Submit.class.getClassLoader();
+      while (loader != null) {
+        if (loader instanceof URLClassLoader) {
+          for (URL url : ((URLClassLoader) loader).getURLs()) {
+            File candidate = new File(url.toURI());
+            if (candidate.isFile() && candidate.getName().endsWith(".jar") && holdsThisClass(candidate)) {
+              return candidate.getAbsolutePath();
+            }
+          }
+        }
+        loader = loader.getParent();
+      }
+    } catch (Exception e) {
+      // fall through
+    }
+    return "";
+  }
+
+  static boolean holdsThisClass(File jar) {
+    try (java.util.jar.JarFile jf = new java.util.jar.JarFile(jar)) {
+      return jf.getEntry(Submit.class.getName().replace('.', '/') + ".class") != null;
+    } catch (IOException e) {
+      return false;
+    }
+  }
+
+  /** A `java -cp "conf:…"` user may not export HADOOP_CONF_DIR: the classpath dir with core-site.xml. */
+  static String confDirOnClasspath() {
+    for (String entry : System.getProperty("java.class.path", "").split(File.pathSeparator)) {
+      File dir = new File(entry);
+      if (dir.isDirectory() && (new File(dir, "core-site.xml").isFile() || new File(dir, "yarn-site.xml").isFile())) {
+        return dir.getAbsolutePath();
+      }
+    }
+    return null;
+  }
+
+  static final class UsageException extends Exception {
+    UsageException(String message) {
+      super(message);
+    }
+  }
+}

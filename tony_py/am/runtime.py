@@ -1,0 +1,125 @@
+"""The AM's job loop, whatever runs the containers: YARN through the JVM bridge (am/main.py), or
+this machine (a single-node job's task, local mode).
+
+It owns the coordinator, the HTTP server (executor API and status page) and the event queue:
+cluster events (allocated, started, completed, …) arrive in the queue from whichever port runs
+the containers, and the loop hands them to the coordinator and ticks its clock until the job
+is DONE.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Callable
+
+from tony_py.am import report
+from tony_py.am.coordinator import Coordinator
+from tony_py.am.events import EventLog
+from tony_py.am.launch import JobMeta, TaskLauncher
+from tony_py.am.server import AmHttpServer
+from tony_py.am.tasks import Task
+from tony_py.auth import Verifier
+from tony_py.config.spec import JobSpec
+
+log = logging.getLogger("tony.am")
+
+TICK_S = 0.2
+
+
+class Abandon(Exception):
+    """This AM attempt must end without touching the tasks: YARN (or a later attempt) owns them."""
+
+
+def placement_refused(detail: str) -> str:
+    return ("the cluster refused placement constraints (yarn.resourcemanager.placement-constraints.handler is "
+            "'disabled' on the ResourceManager): remove tony.*.placement-spec, or ask the cluster's admins to set "
+            f"it to 'scheduler' or 'placement-processor'. YARN: {detail.splitlines()[0][:300] if detail else ''}")
+
+
+def dispatch(coordinator: Coordinator, event: dict) -> None:
+    kind = event.get("type")
+    if kind == "allocated":
+        coordinator.on_allocated(event["container"])
+    elif kind == "started":
+        coordinator.on_started(event["container_id"])
+    elif kind == "start_failed":
+        coordinator.on_start_failed(event["container_id"], event.get("message", ""))
+    elif kind == "completed":
+        coordinator.on_completed(event["container_id"], int(event["exit_status"]), event.get("diagnostics") or "")
+    elif kind == "nodes_updated":
+        coordinator.on_nodes_updated(event.get("nodes") or [])
+    elif kind == "shutdown_request":
+        raise Abandon("the ResourceManager asked this AM attempt to shut down")
+    elif kind == "rm_error":
+        message = str(event.get("message") or "")
+        if "placement constraint" in message.lower() or "SchedulingRequest" in message:
+            coordinator.fail_job(placement_refused(message))  # the RM is there; it refused the request
+        else:
+            raise Abandon(f"lost the ResourceManager: {message}")
+    elif kind == "requests_rejected":
+        coordinator.on_requests_rejected(int(event.get("allocation_request_id", -1)), str(event.get("reason")))
+    elif kind in ("stopped", "stop_failed"):
+        log.debug("event %s", event)
+    else:
+        log.warning("unknown event %s", event)
+
+
+class AmRuntime:
+    def __init__(self, spec: JobSpec, meta: JobMeta, secret: str, host: str, bind_ip: str,
+                 trusted_addresses: frozenset[str] = frozenset(), extra_status: Callable[[], dict] = dict,
+                 log_url: Callable[[Task], str | None] = lambda t: None, events: EventLog | None = None):
+        self.spec = spec
+        self.meta = meta
+        self.host = host
+        self.queue: queue.Queue[dict] = queue.Queue()
+        self.verifier = Verifier(secret)
+        self.extra_status = extra_status
+        self.log_url = log_url
+        self.coordinator: Coordinator | None = None
+        self.events = events or EventLog()
+        self._launcher: TaskLauncher | None = None
+        self.server = AmHttpServer((bind_ip, 0), None, self.verifier, self.status,
+                                   trusted_addresses=trusted_addresses, max_connections=2 * len(spec.tasks()) + 64)
+        self.url = f"http://{host}:{self.server.port}"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, name="am-http",
+                         daemon=True).start()
+
+    def attach(self, port) -> Coordinator:
+        """Create the coordinator on the port that runs the containers."""
+        self._launcher = TaskLauncher(self.spec, self.meta, self.host, self.server.port)
+        self.coordinator = Coordinator(self.spec, port, self._launcher.build, events=self.events)
+        self.coordinator.auth_last_seen = self.verifier.last_seen
+        self.server.coordinator = self.coordinator
+        return self.coordinator
+
+    def status(self, trusted: bool) -> dict:
+        if self.coordinator is None:
+            data = {"state": "STARTING", "tasks": []}
+        else:
+            data = self.coordinator.status(self.log_url)
+        data.update(app_id=self.meta.app_id, name=self.spec.name, **self.extra_status())
+        return data if trusted else report.public_view(data)
+
+    def run(self, stop: threading.Event) -> None:
+        """Until the job is DONE: cluster events to the coordinator, and the clock."""
+        c = self.coordinator
+        while not c.done:
+            if stop.is_set():
+                raise Abandon("the AM received SIGTERM")
+            try:
+                dispatch(c, self.queue.get(timeout=TICK_S))
+                while True:
+                    dispatch(c, self.queue.get_nowait())
+            except queue.Empty:
+                pass
+            c.tick()
+
+    def wait_for_final_read(self) -> None:
+        """Let a following client read the final task table before the tracking URL goes away."""
+        self.server.final_status_served.wait(timeout=self.spec.client_stop_wait_s)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

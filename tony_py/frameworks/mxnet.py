@@ -1,0 +1,25 @@
+"""MXNet (ps-lite): TonY's DMLC_* variables for the scheduler, servers and workers."""
+
+from __future__ import annotations
+
+import socket
+
+
+def task_env(spec, cluster, task, callbacks=None) -> dict[str, str]:
+    scheduler = cluster.get("scheduler", [])
+    if not scheduler:
+        return {}
+    host, _, port = scheduler[0].rpartition(":")
+    try:
+        address = socket.gethostbyname(host)  # TonY resolved the scheduler's host to an IP
+    except OSError:
+        address = host
+    counts = {t.name: t.instances for t in spec.types}
+    return {
+        "DMLC_ROLE": task.type,
+        "DMLC_PS_ROOT_URI": address,
+        "DMLC_PS_ROOT_PORT": port,
+        "DMLC_LOCAL": "0",
+        "DMLC_NUM_SERVER": str(counts.get("server", 0)),
+        "DMLC_NUM_WORKER": str(counts.get("worker", 0)),
+    }
