@@ -16,12 +16,12 @@ Uses the cluster at $HADOOP_CONF_DIR, or starts a local one in --workdir (and st
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,7 +29,9 @@ sys.path.insert(0, str(ROOT))
 
 from tony_py.bridge.gateway import ClientGateway  # noqa: E402
 from tony_py.client.flags import parse_args  # noqa: E402
-from tony_py.client.submit import Submission, prepare  # noqa: E402
+from tony_py.client.job import FINAL_STATES  # noqa: E402
+from tony_py.client.prepare import prepare  # noqa: E402
+from tony_py.client.submission import Submission  # noqa: E402
 from tony_py.cluster import LocalCluster  # noqa: E402
 
 TASK = "import os; print('task', os.environ['JOB_NAME'], os.environ['TASK_INDEX'])\n"
@@ -41,13 +43,18 @@ def run_once(gw: ClientGateway, workers: int, src: Path) -> dict:
         "--conf", f"tony.worker.instances={workers}", "--conf", "tony.worker.memory=512m",
         "--conf", "tony.am.memory=512m", "--conf", "tony.application.name=bench-startup", "--quiet",
     ])
-    sub = Submission(gw, prepare(args), out=io.StringIO())
-    rc = sub.run()
-    if rc != 0:
-        raise RuntimeError(f"bench job failed: {sub.out.getvalue()[-2000:]}")
-    t0 = sub.submitted_at
-    report = sub.monitor.report
-    status = sub.monitor.status or {}
+    sub = Submission(gw, prepare(args))
+    t0 = time.time()
+    job = sub.submit()
+    status = {}
+    while job.refresh().get("state") not in FINAL_STATES:
+        status = job.am_status or status
+        time.sleep(0.2)
+    if job.report.get("final_status") != "SUCCEEDED":
+        raise RuntimeError(f"bench job failed: {job.report.get('diagnostics', '')[-2000:]}")
+    job.cleanup()
+    report = job.report
+    status = job.am_status or status
     phases = {"rm_accepted": report["start_time"] / 1000 - t0}
     if report.get("launch_time"):
         phases["am_container_launched"] = report["launch_time"] / 1000 - t0
@@ -56,7 +63,7 @@ def run_once(gw: ClientGateway, workers: int, src: Path) -> dict:
     phases["client_saw_finish"] = report["finish_time"] / 1000 - t0
     rss = [t["metrics"].get("executor_max_rss_bytes") for t in status.get("tasks", []) if t.get("metrics")]
     return {
-        "app_id": sub.app_id,
+        "app_id": job.app_id,
         "phases_s": {k: round(v, 3) for k, v in phases.items()},
         "executor_max_rss_mb": round(max(rss) / 2**20, 1) if rss else None,
     }

@@ -57,3 +57,21 @@ def test_detach_returns_the_application_id_and_the_job_runs_on(tony, probe_args,
     assert cluster.app(run.app_id)["finalStatus"] == "SUCCEEDED"
     # the AM removed the staging dir itself (the autouse fixture checks nothing else is left)
     wait_for(lambda: run.app_id not in cluster.staging_dirs(), 30, "the AM to remove the staging dir")
+
+
+def test_conf_file_on_hdfs_and_a_remote_src_dir_must_be_a_zip(tony, probe_args, tmp_path, cluster):
+    remote = f"/tmp/tony-it-conf-{tmp_path.name}"
+    conf = tmp_path / "tony.xml"
+    conf.write_text("<configuration><property><name>tony.worker.instances</name><value>2</value></property>"
+                    "<property><name>tony.worker.memory</name><value>512m</value></property></configuration>")
+    remote_conf = hdfs_put(cluster, conf, remote)
+    try:
+        run = tony(*probe_args(), "--conf_file", remote_conf)
+        assert run.rc == 0, run.output[-3000:]
+        assert sorted(probe_records(tmp_path)) == ["worker:0", "worker:1"]  # read through Hadoop's FileSystem
+        args = probe_args("tony.worker.instances=1")
+        args[args.index("--src_dir") + 1] = f"hdfs://{remote}"  # a directory, not a zip
+        refused = tony(*args)
+        assert refused.rc == 2 and "a directory on the cluster file system; give a zip of it" in refused.stderr
+    finally:
+        hadoop_java(cluster, "org.apache.hadoop.fs.FsShell", "-rm", "-r", "-skipTrash", remote)

@@ -10,7 +10,7 @@ import pytest
 
 from tony_py.bridge.interrupts import InterruptGuard
 from tony_py.client.flags import parse_args
-from tony_py.client.submit import prepare
+from tony_py.client.prepare import prepare
 from tony_py.config.layers import load_conf
 from tony_py.config.model import ModelError
 from tony_py.config.build import build_job_spec
@@ -60,7 +60,7 @@ def test_every_flag_form_reaches_its_field(style, src, tmp_path):
 @pytest.mark.parametrize("extra,key", [
     (["--task_params", "--tag a\x01b"], "tony.containers.command"),
     (["--conf", "tony.application.name=bad\x07name"], "tony.application.name"),
-    (["--conf", "tony.application.tags=x\x0cy"], "tony.application.tags"),
+    (["--conf", "tony.yarn.queue=x\x0cy"], "tony.yarn.queue"),
 ])
 def test_control_characters_that_xml_cannot_hold_are_refused(src, extra, key):
     with pytest.raises(ConfigError) as err:

@@ -67,6 +67,8 @@ def task_row(t: Task, log_url: Callable[[Task], str | None]) -> dict:
         "signal": t.signal,
         "log_url": log_url(t),
         "metrics": t.metrics,
+        "started_at": t.started_at,
+        "finished_at": t.finished_at,
     }
 
 

@@ -83,7 +83,7 @@ def java_error(exc: Exception) -> str:
 class ClientGateway:
     """A JVM with ClientBridge; use as a context manager (the JVM stops on exit)."""
 
-    def __init__(self, conf_files: list[str] = ()) -> None:
+    def __init__(self, conf_files: list[str] = (), properties: dict[str, str] | None = None) -> None:
         self.conf_dir = hadoop_conf_dir()
         classpath = [str(self.conf_dir), *hadoop_classpath(self.conf_dir)]
         jar = paths.locate_jar()
@@ -121,7 +121,7 @@ class ClientGateway:
                 files = self.gateway.new_array(self.gateway.jvm.java.lang.String, len(conf_files))
                 for i, path in enumerate(conf_files):
                     files[i] = str(Path(path).resolve())
-                self.bridge = self.gateway.jvm.io.tonypy.client.ClientBridge(files)
+                self.bridge = self.gateway.jvm.io.tonypy.client.ClientBridge(files, json.dumps(properties or {}))
                 self.fs = self.bridge.fs()
             except (Py4JError, Py4JJavaError) as exc:
                 message = java_error(exc)

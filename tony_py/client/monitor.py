@@ -1,162 +1,134 @@
-"""Follow a submitted job: a live task table (rich on a TTY, plain lines otherwise), the
-tracking URL and each task's log URL, then the final status and, on failure, its root cause.
+"""Follow a submitted job: a live view, then the final status and, on failure, its root cause.
 
-Two sources: YARN's application report (state, final status, diagnostics, AM attempt) through
-the client JVM, and the AM's status.json (the task table) over HTTP while the AM runs.
+On a terminal, a table that rich redraws in place: one line of summary (`3/4 running, 1 pending
+· restart 1 of 3 · 00:02:13`) and a row per task (state, host, attempt, exit or signal, memory,
+GPU use, time running), collapsed to one row per job type beyond MAX_ROWS tasks. Elsewhere (a
+pipe, a log file, Dataproc's driver output) plain lines: the summary when it changes (at most
+every PLAIN_EVERY_S, at once when the job's state changes), and a line per task that changes
+state while the job is small enough to read them.
 """
 
 from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
-from tony_py.auth import AuthError, Signer, call_json
-from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK, TonyError
+from tony_py.client.job import FINAL_STATES, WAITING_STATES, Job
+from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK
 
-FINAL_STATES = ("FINISHED", "FAILED", "KILLED")
-REPORT_GRACE_S = 60.0  # how long YARN may fail to answer before the client gives up
-_STATE_STYLE = {
-    "SUCCEEDED": "green",
-    "RUNNING": "cyan",
-    "FAILED": "red",
-    "STOPPED": "yellow",
-    "PENDING": "dim",
-}
+MAX_ROWS = 40  # beyond this many tasks, one row (and no plain line) per job type
+PLAIN_EVERY_S = 5.0
+_STATE_STYLE = {"SUCCEEDED": "green", "RUNNING": "cyan", "FAILED": "red", "STOPPED": "yellow", "PENDING": "dim"}
+_ORDER = ("RUNNING", "REGISTERED", "LAUNCHED", "ALLOCATED", "PENDING", "SUCCEEDED", "FAILED", "STOPPED")
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def _bytes(n) -> str:
+    if not isinstance(n, (int, float)):
+        return ""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit in ("B", "KB") else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def summary(report: dict, status: dict | None, elapsed_s: float) -> str:
+    """One line: what the job is doing, from YARN's report and the AM's table."""
+    parts = []
+    tasks = (status or {}).get("tasks") or []
+    if tasks:
+        counts = Counter(t.get("state") for t in tasks)
+        parts.append(f"{counts.get('RUNNING', 0)}/{len(tasks)} running")
+        parts += [f"{n} {state.lower()}" for state in _ORDER if state != "RUNNING" and (n := counts.get(state))]
+    else:
+        parts.append(f"YARN {report.get('state', '?')}")
+    job_state = (status or {}).get("state")
+    if job_state and job_state not in ("RUNNING",):
+        parts.insert(0, f"job {job_state}")
+    restarts = (status or {}).get("restarts_used") or 0
+    if restarts:
+        parts.append(f"restart {restarts} of {(status or {}).get('restarts_allowed', '?')}")
+    if (report.get("attempt") or 0) > 1:
+        parts.append(f"AM attempt {report['attempt']}")
+    return ", ".join(parts[:2]) + "".join(f" · {p}" for p in parts[2:]) + f" · {_duration(elapsed_s)}"
+
+
+def task_table(status: dict | None, now: float) -> Table:
+    tasks = (status or {}).get("tasks") or []
+    if len(tasks) > MAX_ROWS:
+        table = Table(show_edge=False)
+        for col in ("type", "tasks", *[s.lower() for s in _ORDER]):
+            table.add_column(col)
+        by_type: dict[str, Counter] = {}
+        for t in tasks:
+            by_type.setdefault(t.get("type", "?"), Counter())[t.get("state")] += 1
+        for name, counts in by_type.items():
+            table.add_row(name, str(sum(counts.values())), *[str(counts.get(s, "")) for s in _ORDER])
+        return table
+    table = Table(show_edge=False)
+    for col in ("task", "state", "host", "attempt", "exit", "memory", "GPU", "running"):
+        table.add_column(col, overflow="fold")
+    for t in tasks:
+        state = t.get("state", "?")
+        metrics = t.get("metrics") or {}
+        gpu = metrics.get("gpu_utilization")
+        started = t.get("started_at")
+        running = _duration((t.get("finished_at") or now) - started) if started else ""
+        table.add_row(t.get("name", "?"), Text(state, style=_STATE_STYLE.get(state, "")), t.get("host") or "",
+                      str(t.get("attempt", 0)), t.get("signal") or ("" if t.get("exit_code") is None else str(t["exit_code"])),
+                      _bytes(metrics.get("task_rss_bytes")), "" if gpu is None else f"{gpu:.0f}%", running)
+    return table
 
 
 class Monitor:
-    def __init__(self, gw, app_id: str, signer: Signer | None = None, quiet: bool = False, out=sys.stdout,
-                 poll_s: float = 0.5, startup_timeout_ms: int = 0):
-        self.gw = gw
-        self.app_id = app_id
-        self.signer = signer  # signs status requests: the AM gives full detail only to signed ones
+    def __init__(self, job: Job, quiet: bool = False, out=sys.stdout, poll_s: float = 0.5,
+                 startup_timeout_ms: int = 0):
+        self.job = job
         self.quiet = quiet
         self.out = out
         self.poll_s = poll_s
-        self.report: dict = {}
-        self.status: dict | None = None
         self.startup_timeout_ms = startup_timeout_ms
         self.started = time.monotonic()
         self.killed = False
         self._seen: dict[str, tuple] = {}
         self._attempt = 0
-        self._report_failing_since: float | None = None
+        self._printed: set[str] = set()
+        self._last_summary = ("", "", 0.0)
 
-    # ---- sources -----------------------------------------------------------------------------
-    def _poll(self) -> None:
-        try:
-            self.report = self.gw.json("read the application report", self.gw.bridge.report, self.app_id)
-            self._report_failing_since = None
-        except TonyError:
-            # A ResourceManager fail-over or a network blip must not end a healthy job's client.
-            now = time.monotonic()
-            self._report_failing_since = self._report_failing_since or now
-            if now - self._report_failing_since > REPORT_GRACE_S:
-                raise
-            return
-        url = self.report.get("original_tracking_url") or ""
-        if self.report.get("state") == "RUNNING" and url.startswith("http") and self.signer is not None:
-            try:
-                code, status = call_json(self.signer, url, "GET", "/status.json", None, timeout=2)
-                if code == 200 and isinstance(status, dict):
-                    self.status = status
-            except (OSError, AuthError, ValueError):
-                pass  # the AM is starting or has just gone; YARN's report still counts
+    @property
+    def tty(self) -> bool:
+        return hasattr(self.out, "isatty") and self.out.isatty() and not self.quiet
 
-    # ---- rendering ---------------------------------------------------------------------------
-    def _table(self) -> Table:
-        table = Table(title=f"{self.app_id} — {self._headline()}", title_justify="left")
-        for col in ("task", "state", "host", "exit", "logs"):
-            table.add_column(col, overflow="fold")
-        for t in (self.status or {}).get("tasks", []):
-            exit_text = t.get("signal") or ("" if t.get("exit_code") is None else str(t["exit_code"]))
-            state = t.get("state", "?")
-            table.add_row(
-                t.get("name", "?"), f"[{_STATE_STYLE.get(state, '')}]{state}[/]", t.get("host") or "",
-                exit_text, t.get("log_url") or "",
-            )
-        return table
-
-    def _headline(self) -> str:
-        r = self.report
-        text = f"YARN {r.get('state', '?')}"
-        if self.status:
-            text += f", job {self.status.get('state')}"
-            if self.status.get("restarts_used"):
-                text += f" (gang restarts: {self.status['restarts_used']})"
-        if r.get("attempt", 0) > 1:
-            text += f", AM attempt {r['attempt']}"
-        return text
-
-    def _plain_updates(self) -> None:
-        for t in (self.status or {}).get("tasks", []):
-            if "name" not in t or "state" not in t:
-                continue
-            key = (t["state"], t.get("attempt"), t.get("container_id"))
-            if self._seen.get(t["name"]) == key:
-                continue
-            self._seen[t["name"]] = key
-            line = f"  {t['name']:<14} {t['state']:<10}"
-            if t.get("host"):
-                line += f" on {t['host']}"
-            if t.get("exit_code") is not None or t.get("signal"):
-                line += f" ({t.get('signal') or 'exit ' + str(t['exit_code'])})"
-            if t["state"] in ("RUNNING", "FAILED") and t.get("log_url"):
-                line += f"  logs: {t['log_url']}"
-            print(line, file=self.out, flush=True)
-
-    def _check_startup(self, say) -> None:
-        """TonY's tony.am.startup-timeout: kill an application whose AM never started."""
-        waiting = self.report.get("state") in ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED")
-        if not self.startup_timeout_ms or self.killed or not waiting:
-            return
-        if (time.monotonic() - self.started) * 1000 > self.startup_timeout_ms:
-            reason = (f"the AM did not start within tony.am.startup-timeout={self.startup_timeout_ms} ms (the "
-                      f"application stayed {self.report.get('state')}: the queue or the cluster has no room for it)")
-            say(f"killing {self.app_id}: {reason}")
-            self.gw.call("kill the application", self.gw.bridge.kill, self.app_id, reason)
-            self.killed = True
-
-    def _attempt_change(self, say) -> None:
-        attempt = self.report.get("attempt") or 0
-        if attempt and attempt != self._attempt:
-            if self._attempt:
-                say(f"AM attempt {self._attempt} ended; YARN started AM attempt {attempt}")
-            self._attempt = attempt
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=self.out, flush=True)
 
     # ---- main loop -----------------------------------------------------------------------------
     def follow(self) -> int:
-        tty = hasattr(self.out, "isatty") and self.out.isatty() and not self.quiet
-        printed_url = printed_tb = False
-
-        def say(text: str) -> None:
-            if not self.quiet:
-                print(text, file=self.out, flush=True)
-
-        live = Live(console=Console(file=self.out), refresh_per_second=4, transient=False) if tty else None
+        live = Live(console=Console(file=self.out), refresh_per_second=4, transient=False) if self.tty else None
+        say = live.console.print if live else self.say
         try:
             if live:
                 live.start()
             while True:
-                self._poll()
-                if not printed_url and self.report.get("tracking_url"):
-                    (live.console.print if live else say)(f"tracking URL: {self.report['tracking_url']}")
-                    printed_url = True
-                tb = (self.status or {}).get("tensorboard_url")
-                if tb and not printed_tb:
-                    (live.console.print if live else say)(f"TensorBoard: {tb}")
-                    printed_tb = True
-                self._attempt_change(live.console.print if live else say)
-                self._check_startup((live.console.print if live else say))
+                self.job.refresh()
+                self._once(say)
                 if live:
-                    live.update(self._table())
+                    live.update(self._view())
                 elif not self.quiet:
-                    self._plain_updates()
-                if self.report.get("state") in FINAL_STATES:
+                    self._plain()
+                if self.job.report.get("state") in FINAL_STATES:
                     break
                 time.sleep(self.poll_s)
         finally:
@@ -164,13 +136,70 @@ class Monitor:
                 live.stop()
         return self._final()
 
+    def _view(self):
+        elapsed = time.monotonic() - self.started
+        return Group(Text(f"{self.job.app_id} · {summary(self.job.report, self.job.am_status, elapsed)}"),
+                     task_table(self.job.am_status, time.time()))
+
+    def _once(self, say) -> None:
+        """Things said once: the tracking URL, TensorBoard, a new AM attempt, a startup kill."""
+        r, s = self.job.report, self.job.am_status or {}
+        for key, text in (("tracking", r.get("tracking_url") and f"tracking URL: {r['tracking_url']}"),
+                          ("tensorboard", s.get("tensorboard_url") and f"TensorBoard: {s['tensorboard_url']}")):
+            if text and key not in self._printed:
+                self._printed.add(key)
+                say(text)
+        attempt = r.get("attempt") or 0
+        if attempt and attempt != self._attempt:
+            if self._attempt:
+                say(f"AM attempt {self._attempt} ended; YARN started AM attempt {attempt}")
+            self._attempt = attempt
+        self._check_startup(say)
+
+    def _check_startup(self, say) -> None:
+        """TonY's tony.am.startup-timeout: kill an application whose AM never started."""
+        if not self.startup_timeout_ms or self.killed or self.job.report.get("state") not in WAITING_STATES:
+            return
+        if (time.monotonic() - self.started) * 1000 > self.startup_timeout_ms:
+            reason = (f"the AM did not start within tony.am.startup-timeout={self.startup_timeout_ms} ms (the "
+                      f"application stayed {self.job.report.get('state')}: the queue or the cluster has no room for it)")
+            say(f"killing {self.job.app_id}: {reason}")
+            self.job.request_kill(reason)
+            self.killed = True
+
+    def _plain(self) -> None:
+        tasks = (self.job.am_status or {}).get("tasks") or []
+        if len(tasks) <= MAX_ROWS:
+            for t in tasks:
+                key = (t.get("state"), t.get("attempt"), t.get("container_id"))
+                if "name" not in t or self._seen.get(t["name"]) == key:
+                    continue
+                self._seen[t["name"]] = key
+                line = f"  {t['name']:<14} {t.get('state', '?'):<10}"
+                if t.get("host"):
+                    line += f" on {t['host']}"
+                if t.get("exit_code") is not None or t.get("signal"):
+                    line += f" ({t.get('signal') or 'exit ' + str(t['exit_code'])})"
+                if t.get("state") in ("RUNNING", "FAILED") and t.get("log_url"):
+                    line += f"  logs: {t['log_url']}"
+                self.say(line)
+        now = time.monotonic()
+        text = summary(self.job.report, self.job.am_status, now - self.started)
+        core = text.rsplit(" · ", 1)[0]  # without the clock, which changes every second
+        job_state = (self.job.am_status or {}).get("state") or self.job.report.get("state", "")
+        last_core, last_state, last_at = self._last_summary
+        if core != last_core and (job_state != last_state or now - last_at >= PLAIN_EVERY_S):
+            self.say(f"[{self.job.app_id}] {text}")
+            self._last_summary = (core, job_state, now)
+
     def _final(self) -> int:
-        r = self.report
+        r = self.job.report
         final = r.get("final_status")
-        print(f"{self.app_id} finished: {final} (YARN state {r.get('state')})", file=self.out, flush=True)
+        print(f"{self.job.app_id} finished: {final} (YARN state {r.get('state')})", file=self.out, flush=True)
         diagnostics = (r.get("diagnostics") or "").strip()
+        status = self.job.am_status or {}
         if final != "SUCCEEDED" and diagnostics:
             print(diagnostics, file=self.out, flush=True)
-        elif self.status and self.status.get("diagnostics") and not self.quiet:
-            print(self.status["diagnostics"].splitlines()[0], file=self.out, flush=True)
+        elif status.get("diagnostics") and not self.quiet:
+            print(status["diagnostics"].splitlines()[0], file=self.out, flush=True)
         return EXIT_OK if final == "SUCCEEDED" else EXIT_JOB_FAILED

@@ -212,7 +212,7 @@ def _build_job_spec(conf: TonyConf, python: str) -> JobSpec:
         types=tuple(types),
         am=am,
         app_type=(conf.get("tony.application.type") or "TONY").strip(),
-        tags=_list(conf, "tony.application.tags"),
+        tags=_tags(conf),
         node_label=_text(conf, "tony.application.node-label"),
         priority=_int(conf, "tony.application.priority", 0, minimum=0),
         distributed_mode=mode,
@@ -277,6 +277,22 @@ def _task_type(conf: TonyConf, name: str, instances: int, default_command: str |
     tags = _list(conf, f"tony.{name}.allocation-tags") or _list(conf, "tony.containers.allocation-tags")
     return TaskType(name, instances, _resources(conf, f"tony.{name}"), label, command,
                     placement_spec=placement, allocation_tags=tags or ((name,) if placement else ()))
+
+
+def _tags(conf: TonyConf) -> tuple[str, ...]:
+    """tony.application.tags, plus Hadoop's mapreduce.job.tags (how `hadoop jar` users and
+    Dataproc tag jobs: Dataproc links its job to the application by its dataproc_job_<id> tag).
+    YARN lower-cases tags and takes at most 10 of at most 100 ASCII characters."""
+    tags: list[str] = []
+    for key in ("tony.application.tags", "mapreduce.job.tags"):
+        for tag in _list(conf, key):
+            if len(tag) > 100 or not tag.isascii() or not tag.isprintable():
+                raise ConfigError(key, f"{tag[:40]!r}: a YARN tag is at most 100 printable ASCII characters")
+            if tag.lower() not in tags:
+                tags.append(tag.lower())
+    if len(tags) > 9:  # and TonY-py adds its own
+        raise ConfigError("tony.application.tags", f"{len(tags)} tags; YARN takes at most 10, one is tony-py's")
+    return tuple(tags)
 
 
 def _check_totals(conf: TonyConf, types: list[TaskType]) -> None:

@@ -42,17 +42,21 @@ public final class ClientBridge {
   private boolean resourceTypesLoaded;
 
   public ClientBridge() {
-    this(new String[0]);
+    this(new String[0], "{}");
   }
 
   /**
    * confFiles: extra Hadoop configuration files, loaded over HADOOP_CONF_DIR's (TonY's
-   * tony.application.hdfs-conf-path / yarn-conf-path / mapred-conf-path).
+   * tony.application.hdfs-conf-path / yarn-conf-path / mapred-conf-path); propertiesJson:
+   * settings given on the command line (`--conf k=v`, the jar's `-D k=v`), over both.
    */
-  public ClientBridge(String[] confFiles) {
+  public ClientBridge(String[] confFiles, String propertiesJson) {
     conf = new YarnConfiguration();
     for (String file : confFiles) {
       conf.addResource(new org.apache.hadoop.fs.Path(file));
+    }
+    for (Map.Entry<String, com.google.gson.JsonElement> e : Json.parse(propertiesJson).entrySet()) {
+      conf.set(e.getKey(), e.getValue().getAsString(), "command line");
     }
     yarn = YarnClient.createYarnClient();
     yarn.init(conf);

@@ -1,0 +1,156 @@
+"""A handle on one submitted application: its status, its end, its kill.
+
+Two sources, as for the CLI's live table: YARN's application report (state, final status,
+diagnostics, AM attempt) through the client's JVM, and the AM's status.json (the task table)
+over HTTP while the AM runs, asked with a signed request so the AM gives full detail.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+from tony_py.auth import AuthError, Signer, call_json
+from tony_py.bridge.interrupts import guard
+from tony_py.errors import TonyError
+
+FINAL_STATES = ("FINISHED", "FAILED", "KILLED")
+WAITING_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED")
+KILL_WAIT_S = 20.0  # how long a killed application may take to end before its files are removed
+STATUS_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    name: str
+    state: str
+    attempt: int = 0
+    host: str | None = None
+    exit_code: int | None = None
+    signal: str | None = None
+    log_url: str | None = None
+    metrics: dict = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: dict) -> "TaskStatus":
+        return cls(name=row.get("name", "?"), state=row.get("state", "?"), attempt=row.get("attempt") or 0,
+                   host=row.get("host"), exit_code=row.get("exit_code"), signal=row.get("signal"),
+                   log_url=row.get("log_url"), metrics=row.get("metrics") or {})
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """What `tony submit` shows: YARN's view plus the AM's task table (empty before the AM runs
+    and after it ended)."""
+
+    app_id: str
+    yarn_state: str
+    final_status: str  # UNDEFINED while running; SUCCEEDED | FAILED | KILLED at the end
+    job_state: str | None = None  # the AM's JobState: ALLOCATING, RUNNING, RESTARTING, FINISHING, DONE
+    am_attempt: int = 0
+    restarts_used: int = 0
+    tasks: tuple[TaskStatus, ...] = ()
+    diagnostics: str = ""
+    tracking_url: str | None = None
+    tensorboard_url: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.yarn_state in FINAL_STATES
+
+
+class Job:
+    """A submitted (or attached) application. Use it as a context manager, or call close(), to
+    stop the client's JVM it holds."""
+
+    def __init__(self, gw, app_id: str, secret: str | None, staging_dir: str | None):
+        self.gw = gw
+        self.app_id = app_id
+        self.staging_dir = staging_dir
+        self._signer = Signer(secret, f"client-{os.getpid()}") if secret else None
+        self._owns_gateway = False
+        self.report: dict = {}
+        self.am_status: dict | None = None
+        self.warnings: list[str] = []  # keys TonY-py did not act on (see tony_py.config.keys)
+
+    def take_gateway(self) -> None:
+        """This handle owns its client JVM: close() stops it."""
+        self._owns_gateway = True
+
+    def __repr__(self) -> str:
+        return f"Job({self.app_id})"
+
+    # ---- sources ---------------------------------------------------------------------------------
+    def refresh(self) -> dict:
+        """Read YARN's report and, while the AM runs, its task table; returns the report."""
+        self.report = self.gw.json("read the application report", self.gw.bridge.report, self.app_id)
+        url = self.report.get("original_tracking_url") or ""
+        if self.report.get("state") == "RUNNING" and url.startswith("http") and self._signer is not None:
+            try:
+                code, status = call_json(self._signer, url, "GET", "/status.json", None, timeout=STATUS_TIMEOUT_S)
+                if code == 200 and isinstance(status, dict):
+                    self.am_status = status
+            except (OSError, AuthError, ValueError):
+                pass  # the AM is starting or has just gone; YARN's report still counts
+        return self.report
+
+    def status(self) -> JobStatus:
+        self.refresh()
+        r, s = self.report, self.am_status or {}
+        return JobStatus(
+            app_id=self.app_id, yarn_state=r.get("state", "?"), final_status=r.get("final_status", "UNDEFINED"),
+            job_state=s.get("state"), am_attempt=r.get("attempt") or 0, restarts_used=s.get("restarts_used") or 0,
+            tasks=tuple(TaskStatus.from_row(t) for t in s.get("tasks", [])),
+            diagnostics=(r.get("diagnostics") or "").strip() or (s.get("diagnostics") or ""),
+            tracking_url=r.get("tracking_url"), tensorboard_url=s.get("tensorboard_url"))
+
+    @property
+    def tracking_url(self) -> str | None:
+        return (self.report or self.refresh()).get("tracking_url")
+
+    # ---- the end ----------------------------------------------------------------------------------
+    def wait(self, timeout: float | None = None, poll_s: float = 1.0) -> str:
+        """Until YARN says the application ended; its final status (SUCCEEDED, FAILED, KILLED)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.refresh().get("state") not in FINAL_STATES:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"{self.app_id} still {self.report.get('state')} after {timeout} s")
+            time.sleep(poll_s)
+        self.cleanup()
+        return self.report.get("final_status", "UNDEFINED")
+
+    def request_kill(self, reason: str) -> None:
+        """Ask YARN to kill the application and return at once (follow it to its end)."""
+        self.gw.call("kill the application", self.gw.bridge.kill, self.app_id, reason)
+
+    def kill(self, reason: str = "killed by the TonY-py client") -> None:
+        """Kill the application, wait until YARN has ended it (its AM may still write to the
+        staging dir while it dies), then remove the staging dir. Nothing interrupts it."""
+        with guard.cleanup():
+            try:
+                self.gw.call("kill the application", self.gw.bridge.kill, self.app_id, reason)
+                deadline = time.monotonic() + KILL_WAIT_S
+                while time.monotonic() < deadline and self.refresh().get("state") not in FINAL_STATES:
+                    time.sleep(0.2)
+            finally:
+                self.cleanup()
+
+    def cleanup(self) -> None:
+        """Remove the application's staging dir (once it has ended; the AM removes it too)."""
+        if self.staging_dir:
+            try:
+                self.gw.call("delete the staging dir", self.gw.fs.delete, self.staging_dir, True)
+            except TonyError:
+                pass  # best effort: the AM deletes it too
+
+    # ---- lifetime -----------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._owns_gateway:
+            self.gw.close()
+
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

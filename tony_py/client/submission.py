@@ -1,0 +1,274 @@
+"""Stage and submit one prepared job.
+
+From the moment something exists on the cluster, any failure (or Ctrl-C) removes it again:
+the staging dir is deleted and a submitted application is killed (and waited for, so its dying
+AM cannot write into a staging dir that was just removed).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from tony_py import appsecret, paths
+from tony_py.am.launch import JAR_LINK, RUNTIME_LINK, JobMeta, docker_env, needs_hadoop_in_task
+from tony_py.bridge import jvm
+from tony_py.bridge.interrupts import guard
+from tony_py.client.job import Job
+from tony_py.bridge.gateway import ClientGateway
+from tony_py.client.flags import SubmitArgs
+from tony_py.client.prepare import (SRC_LINK, VENV_LINK, PreparedJob, _parse_resource_entry, fetch_conf_file,
+                                    hadoop_overrides, is_remote, prepare)
+from tony_py.client.staging import Resource, Stager, build_runtime_zip, sha256_file, zip_src_dir
+from tony_py.config import checks
+from tony_py.config.fit import check_fits
+from tony_py.config.spec import SPEC_FILE, TENSORBOARD_TYPE
+from tony_py.config.xmlconf import to_xml
+from tony_py.errors import ConfigError, UsageError
+
+AM_HEAP = "-Xmx256m"
+AM_CLASS = "io.tonypy.am.ApplicationMaster"
+LIFETIME_GRACE_S = 60
+
+
+def open_gateway(args: SubmitArgs, workdir: Path) -> tuple[ClientGateway, PreparedJob]:
+    """Prepare the job, then start the client's JVM for it (the caller closes it): after the
+    checks that need no cluster, unless the config file itself is on the cluster (then a JVM
+    fetches it first, into workdir)."""
+    early = ClientGateway(properties=hadoop_overrides(args.conf)) if is_remote(args.conf_file) else None
+    try:
+        prepared = prepare(fetch_conf_file(early, args, workdir) if early else args)
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
+    if early is not None and not prepared.hadoop_conf_files:
+        return early, prepared
+    if early is not None:
+        early.close()
+    return ClientGateway(conf_files=list(prepared.hadoop_conf_files.values()),
+                         properties=prepared.hadoop_properties), prepared
+
+
+class Submission:
+    def __init__(self, gw, job: PreparedJob, warn: Callable[[str], None] = lambda text: None):
+        self.gw = gw
+        self.job = job
+        self.warn = warn
+        self.app_id: str | None = None
+        self.stager: Stager | None = None
+        self.submitted = False
+        self.secret: str | None = None
+        self._app_classpath: list[str] | None = None
+
+    def submit(self) -> Job:
+        """Check the cluster, stage, submit; the handle of the running application."""
+        spec = self.job.spec
+        self._check_cluster_inputs()
+        self.app_id = self.gw.call("create an application", self.gw.bridge.createApplication)
+        self.stager = Stager(self.gw, self.app_id, spec.cache_visibility, warn=self.warn)
+        try:
+            with tempfile.TemporaryDirectory(prefix="tony-submit-") as tmp:
+                resources, meta = self._stage(Path(tmp))
+            request = self._am_request(resources, meta)
+            self.submitted = True  # from here on an interruption must kill the application
+            self.gw.call("submit the application", self.gw.bridge.submit, self.app_id, json.dumps(request))
+            return Job(self.gw, self.app_id, self.secret, self.stager.staging_dir)
+        except BaseException as exc:
+            with guard.cleanup():
+                if self.submitted:
+                    reason = "killed by the TonY-py client (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) \
+                        else "the TonY-py client failed"
+                    Job(self.gw, self.app_id, None, self.stager.staging_dir).kill(reason)
+                else:
+                    self.stager.cleanup()
+            raise
+
+    @property
+    def reused(self) -> list[str]:
+        return self.stager.reused if self.stager else []
+
+    # ---- checks that need the cluster, still before anything is created on it ----------------------
+    def _check_cluster_inputs(self) -> None:
+        spec, args = self.job.spec, self.job.args
+        cluster = self.gw.json("read the cluster's nodes", self.gw.bridge.clusterJson)
+        check_fits(spec, cluster)
+        if not self.gw.call("look up the queue", self.gw.bridge.queueExists, spec.queue):
+            raise ConfigError("tony.yarn.queue", f"the scheduler has no queue {spec.queue!r}")
+        for flag, path in (("--src_dir", args.src_dir), ("--python_venv", args.python_venv)):
+            if path and "://" in path:
+                desc = self.gw.json(f"check {flag}", self.gw.fs.describe, path)
+                if desc is None:
+                    raise UsageError(f"{flag} {path}: no such file on the cluster file system")
+                if desc.get("directory"):
+                    raise UsageError(f"{flag} {path}: a directory on the cluster file system; give a zip of it (a "
+                                     "local directory is zipped for you)")
+        placements = [("tony.application.placement-spec", spec.placement_spec)]
+        placements += [(f"tony.{t.name}.placement-spec", t.placement_spec) for t in spec.types]
+        for key, expression in placements:
+            error = expression and self.gw.call("check a placement spec", self.gw.bridge.placementError, expression)
+            if error:
+                raise ConfigError(key, f"{expression!r} is not a YARN placement constraint: {error}",
+                                  self.job.conf.origin(key))
+
+    # ---- staging ---------------------------------------------------------------------------
+    def _stage(self, tmp: Path) -> tuple[dict[str, Resource], JobMeta]:
+        args = self.job.args
+        st = self.stager
+        st.create_dirs()
+        resources: dict[str, Resource] = {}
+        task_links: list[str] = []
+
+        runtime = build_runtime_zip(tmp / "runtime.zip")
+        resources[RUNTIME_LINK] = st.upload_cached(
+            runtime, f"tony-runtime-{sha256_file(runtime, remember=False)[:20]}.zip", "ARCHIVE")
+        task_links.append(RUNTIME_LINK)
+        jar = paths.locate_jar()
+        resources[JAR_LINK] = st.upload_cached(jar, f"tony-py-{sha256_file(jar)[:20]}.jar", "FILE")
+
+        if args.python_venv:
+            if "://" in args.python_venv:
+                resources[VENV_LINK] = st.remote(args.python_venv, "ARCHIVE")
+            else:
+                venv = Path(args.python_venv)
+                resources[VENV_LINK] = st.upload_cached(venv, f"venv-{sha256_file(venv)[:20]}.zip", "ARCHIVE")
+            task_links.append(VENV_LINK)
+
+        src_zip = None
+        if args.src_dir:
+            if "://" in args.src_dir:
+                resources[SRC_LINK] = st.remote(args.src_dir, "FILE")
+            else:
+                src = Path(args.src_dir)
+                local = src if src.is_file() else zip_src_dir(src, tmp / "src.zip")
+                resources[SRC_LINK] = st.upload_private(local, f"tony_src_{self.app_id}.zip")
+            src_zip = SRC_LINK
+            task_links.append(SRC_LINK)
+
+        for link, res in self._user_resources("tony.containers.resources", tmp):
+            resources[link] = res
+            task_links.append(link)
+        type_links: dict[str, list[str]] = {}
+        for task_type in self.job.spec.types:
+            for link, res in self._user_resources(f"tony.{task_type.name}.resources", tmp):
+                resources[link] = res
+                type_links.setdefault(task_type.name, []).append(link)
+        if needs_hadoop_in_task(self.job.spec):  # the sidecar mirrors a remote log dir with our jar
+            type_links.setdefault(TENSORBOARD_TYPE, []).append(JAR_LINK)
+
+        hdfs_cp = []
+        for directory in (args.hdfs_classpath or "").split(","):
+            if directory.strip():
+                for path in self.gw.call("list --hdfs_classpath", self.gw.fs.listFiles, directory.strip()):
+                    link = checks.link_name("--hdfs_classpath", path.rsplit("/", 1)[-1])
+                    resources[link] = st.remote(path, "FILE")
+                    task_links.append(link)
+                    hdfs_cp.append(link)
+
+        meta = JobMeta(
+            app_id=self.app_id,
+            staging_dir=st.staging_dir,
+            user=getpass.getuser(),
+            resources={},
+            task_resources=task_links + ["tony-final.xml", SPEC_FILE, appsecret.SECRET_FILE],
+            task_python=self.job.task_python,
+            src_zip=src_zip,
+            extra={"hdfs_classpath": hdfs_cp, "type_resources": type_links,
+                   "hadoop_classpath": self._application_classpath()},
+        )
+        for name, local in self.job.hadoop_conf_files.items():  # first on the AM's classpath
+            resources[name] = st.upload_private(Path(local), name)
+        self.secret = appsecret.generate()
+        resources[appsecret.SECRET_FILE] = st.write_text(appsecret.SECRET_FILE, self.secret, mode=0o600)
+        final = self.job.conf.resolved()
+        final["tony.application.id"] = self.app_id
+        final["tony.executor.python"] = self.job.task_python
+        resources["tony-final.xml"] = st.write_text("tony-final.xml", to_xml(final))
+        resources[SPEC_FILE] = st.write_text(SPEC_FILE, json.dumps(self.job.spec.to_dict()))
+        shipped = set(meta.task_resources).union(*type_links.values())
+        meta.resources = {k: v.to_json() for k, v in resources.items() if k in shipped}
+        resources["tony-job.json"] = st.write_text("tony-job.json", json.dumps(meta.to_json(), indent=1))
+        return resources, meta
+
+    def _user_resources(self, key: str, tmp: Path) -> list[tuple[str, Resource]]:
+        """The entries of a resources key, each file once (empty and repeated entries skipped)."""
+        out, seen = [], set()
+        for entry in (self.job.conf.get(key) or "").split(","):
+            entry = entry.strip()
+            if entry and _parse_resource_entry(entry) not in seen:
+                seen.add(_parse_resource_entry(entry))
+                out += self._user_resource(entry, tmp, key)
+        return out
+
+    def _user_resource(self, entry: str, tmp: Path, key: str) -> list[tuple[str, Resource]]:
+        """TonY's resource entries: remote paths are localized as they are (a remote directory
+        contributes its files), local files are uploaded, local directories are zipped and
+        localized as archives."""
+        path, name, archive = _parse_resource_entry(entry)
+        if "://" in path:
+            desc = self.gw.json(f"stat {path}", self.gw.fs.describe, path)
+            if desc is not None and desc.get("directory") and not archive:
+                files = self.gw.call(f"list {path}", self.gw.fs.listFiles, path)
+                return [(checks.link_name(key, f.rsplit("/", 1)[-1]), self.stager.remote(f, "FILE")) for f in files]
+            return [(name or path.rstrip("/").rsplit("/", 1)[-1],
+                     self.stager.remote(path, "ARCHIVE" if archive else "FILE"))]
+        local = Path(path)
+        if not local.exists():
+            raise UsageError(f"{key}: {path} does not exist")
+        if local.is_dir():
+            zipped = zip_src_dir(local, tmp / f"res-{local.name}.zip")
+            return [(name or local.name, self.stager.upload_private(zipped, f"{local.name}.zip", "ARCHIVE"))]
+        return [(name or local.name, self.stager.upload_private(local, local.name, "ARCHIVE" if archive else "FILE"))]
+
+    # ---- the AM ------------------------------------------------------------------------------
+    def _application_classpath(self) -> list[str]:
+        """Where containers find Hadoop: the cluster's yarn.application.classpath."""
+        if self._app_classpath is None:
+            self._app_classpath = list(self.gw.call("read the application classpath",
+                                                    self.gw.bridge.applicationClasspath))
+        return self._app_classpath
+
+    def _am_request(self, resources: dict[str, Resource], meta: JobMeta) -> dict:
+        spec = self.job.spec
+        classpath = ["{{PWD}}", "{{PWD}}/" + JAR_LINK] + self._application_classpath()
+        am_resources = {k: resources[k].to_json()
+                        for k in (JAR_LINK, RUNTIME_LINK, "tony-final.xml", SPEC_FILE, "tony-job.json",
+                                  appsecret.SECRET_FILE)}
+        am_resources.update({name: resources[name].to_json() for name in self.job.hadoop_conf_files})
+        if spec.single_node:  # the AM's container runs the task: it needs the task's files too
+            am_resources.update(meta.resources)
+        java_opts = " ".join([AM_HEAP, *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS])
+        return {
+            "name": spec.name,
+            "queue": spec.queue,
+            "type": spec.app_type,
+            "tags": list(spec.tags) + ["tony-py"],
+            "node_label": spec.node_label,
+            "security": spec.security_enabled,
+            "max_attempts": spec.am_max_attempts,
+            "priority": spec.priority,
+            # The RM ends the application a little after tony.application.timeout even if no client
+            # or AM is left to do it (the AM's own timeout, with a clear reason, comes first).
+            "lifetime_s": math.ceil(spec.timeout_ms / 1000) + LIFETIME_GRACE_S if spec.timeout_ms else 0,
+            "other_namenodes": list(spec.other_namenodes),
+            # A new AM attempt re-adopts the running tasks instead of starting over.
+            "keep_containers": True,
+            "memory_mb": spec.am.memory_mb,
+            "vcores": spec.am.vcores,
+            "gpus": spec.am.gpus,
+            "launch": {
+                "resources": am_resources,
+                "env": {
+                    "CLASSPATH": "<CPS>".join(classpath),
+                    "PYTHONPATH": f"{{{{PWD}}}}/{RUNTIME_LINK}:{{{{PWD}}}}/{RUNTIME_LINK}/deps",
+                    "PYTHONUNBUFFERED": "1",
+                    "TONY_AM_PYTHON": self.job.conf.get("tony.am.python") or "python3",
+                    **docker_env(spec, spec.docker_am_image),
+                },
+                "commands": [f"{{{{JAVA_HOME}}}}/bin/java {java_opts} {AM_CLASS} 1><LOG_DIR>/am.log 2>&1"],
+            },
+        }
