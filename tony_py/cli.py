@@ -1,15 +1,27 @@
-"""The `tony` command: `tony submit …` and `tony cluster up|down|status`."""
+"""The `tony` command: submit a job, and see jobs (history, logs, portal); a local cluster."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 USAGE = """usage: tony <command> [options]
 
 commands:
   submit     submit a training job to YARN (TonY's flags; see `tony submit --help`)
+  history    jobs that ran: list them, show one (`tony history --help`)
+  logs       print a task's log, running or finished (`tony logs --help`)
+  portal     serve the job history as web pages (`tony portal --help`)
   cluster    start, stop or inspect a local YARN + HDFS cluster (`tony cluster --help`)
 """
+
+COMMANDS = {
+    "submit": "tony_py.client.submit",
+    "history": "tony_py.client.history_cmd",
+    "logs": "tony_py.client.logs_cmd",
+    "portal": "tony_py.client.portal",
+    "cluster": "tony_py.cluster.cli",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,25 +30,27 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, end="")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"tony: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")
+        return 2
     if command == "submit":
         from tony_py.bridge.interrupts import guard
 
         guard.install()  # before the client's imports: see tony_py/bridge/interrupts.py
-        try:
-            from tony_py.client.submit import main as submit_main
-        except KeyboardInterrupt:
-            return 130
-        return submit_main(rest)
-    if command == "cluster":
-        from tony_py.client.crash import report_unexpected
-        from tony_py.cluster.cli import main as cluster_main
+    try:
+        module = importlib.import_module(COMMANDS[command])
+    except KeyboardInterrupt:
+        return 130
+    if command == "submit":
+        return module.main(rest)  # it reports its own errors, with its own exit codes
+    from tony_py.client.crash import report_unexpected
 
-        try:
-            return cluster_main(rest)
-        except Exception as exc:  # noqa: BLE001 - one line and a file, never a raw traceback
-            return report_unexpected("tony cluster", exc)
-    print(f"tony: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")
-    return 2
+    try:
+        return module.main(rest, prog=f"tony {command}") if command != "cluster" else module.main(rest)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # noqa: BLE001 - one line and a file, never a raw traceback
+        return report_unexpected(f"tony {command}", exc)
 
 
 if __name__ == "__main__":

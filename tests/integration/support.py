@@ -216,3 +216,39 @@ def clean_up(cluster: Cluster, left: dict) -> None:
     wait_for(lambda: not cluster.apps("NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING"), 60, "leftover apps to end")
     for name in cluster.staging_dirs():
         cluster.hdfs_delete(f"/user/{USER}/.tony/{name}")
+
+
+# ---- a real browser ----------------------------------------------------------------------------------
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARTIFACTS = ROOT / "test-artifacts"
+
+
+class Browser:
+    """Debian's chromium, headless, driven by Playwright; console errors are collected."""
+
+    def __enter__(self):
+        from playwright.sync_api import sync_playwright
+
+        self._pw = sync_playwright().start()
+        self.browser = self._pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        self.errors: list[str] = []
+        return self
+
+    def page(self):
+        page = self.browser.new_page(viewport={"width": 1400, "height": 900})
+        page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        return page
+
+    def __exit__(self, *exc):
+        self.browser.close()
+        self._pw.stop()
+
+
+def screenshot(page, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), full_page=True)
+    return path

@@ -425,7 +425,7 @@ def test_restarting_is_observable_until_the_new_gang_is_complete(tmp_path):
     h.c.register("worker:1", 1, h.containers["worker:1"], 3001, None)
     assert h.c.state == JobState.RUNNING
     states = [e["state"] for e in h.c.events.recent if e["kind"] == "STATE"]
-    assert states == ["RUNNING", "RESTARTING", "RUNNING"]
+    assert states == ["ALLOCATING", "RUNNING", "RESTARTING", "RUNNING"]
 
 
 def test_every_job_state_is_reachable_and_transitions_are_checked(tmp_path):

@@ -162,6 +162,9 @@ class Coordinator:
     # ---- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         with self.lock:
+            if not any(e["kind"] == ev.STATE for e in self.events.recent):  # a resumed AM recorded one
+                self.events.record(ev.STATE, f"{self.state.value}: requesting containers", state=self.state.value,
+                                   attempt=self.attempt)
             self._request_missing()
 
     # ---- RM / NM events ------------------------------------------------------------------
@@ -448,7 +451,8 @@ class Coordinator:
                 task.state = TaskState.SUCCEEDED
                 if task.id == self.spec.chief():
                     self.chief_done_at = self.clock()
-                self.events.record(ev.TASK_FINISHED, "succeeded", task.name, attempt=task.attempt, exit_code=0)
+                self.events.record(ev.TASK_FINISHED, "succeeded", task.name, attempt=task.attempt, exit_code=0,
+                                   metrics=dict(task.metrics) or None)
                 if policy.stage_done(self.spec, self.tasks, self.stage):
                     self._next_stage()
                 else:
@@ -493,7 +497,7 @@ class Coordinator:
         task.finished_at = failure.time
         self.dirty = True
         self.events.record(ev.TASK_FINISHED, message, task.name, attempt=task.attempt, failure_kind=kind.value,
-                           exit_code=failure.exit_code, signal=failure.signal)
+                           exit_code=failure.exit_code, signal=failure.signal, metrics=dict(task.metrics) or None)
         if task.container is not None and kind in (FailureKind.LOST, FailureKind.TIMEOUT, FailureKind.LAUNCH):
             # The executor may be hung or cut off: it must not go on running the task. A
             # container that never started is given back instead (there is nothing to stop).

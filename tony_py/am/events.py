@@ -15,6 +15,7 @@ from typing import Callable
 MAX_KEPT = 500
 
 # Kinds, in the order a job usually meets them.
+SUBMITTED = "SUBMITTED"
 AM_STARTED = "AM_STARTED"
 STATE = "STATE"  # the job's state changed (ALLOCATING, RUNNING, RESTARTING, FINISHING, DONE)
 REQUESTED = "REQUESTED"
@@ -30,6 +31,7 @@ AM_FAILOVER = "AM_FAILOVER"
 NODE_BLACKLISTED = "NODE_BLACKLISTED"
 TB_REGISTERED = "TB_REGISTERED"
 VERDICT = "VERDICT"
+APP_FINISHED = "APP_FINISHED"
 NOTE = "NOTE"
 
 Listener = Callable[[dict], None]
@@ -42,8 +44,9 @@ class EventLog:
         self.listeners: list[Listener] = []
         self.count = 0
 
-    def record(self, kind: str, message: str = "", task: str | None = None, **fields) -> dict:
-        event = {"ts": self.clock(), "kind": kind, "task": task, "message": message}
+    def record(self, kind: str, message: str = "", task: str | None = None, at: float | None = None,
+               **fields) -> dict:
+        event = {"ts": self.clock() if at is None else at, "kind": kind, "task": task, "message": message}
         event.update({k: v for k, v in fields.items() if v is not None})
         self.recent.append(event)
         self.count += 1

@@ -23,13 +23,16 @@ from py4j.protocol import Py4JError, Py4JJavaError
 
 from tony_py import appsecret
 from tony_py.am.coordinator import FAST_HEARTBEAT_MS, Coordinator
+from tony_py.am import events as ev
 from tony_py.am.failover import AmSnapshot
+from tony_py.am.history import HistoryWriter
 from tony_py.am.launch import JobMeta
 from tony_py.am.local import LocalProcessPort
 from tony_py.am.runtime import Abandon, AmRuntime, placement_refused
 from tony_py.am.tasks import Task
 from tony_py.auth import AuthError, Signer, call_json
 from tony_py.bridge.gateway import java_error
+from tony_py.history.summary import job_summary
 from tony_py.config.spec import SPEC_FILE, JobSpec, TaskType
 
 log = logging.getLogger("tony.am")
@@ -91,10 +94,15 @@ def log_url_for(user: str):
     return url
 
 
+def own_log_url(user: str) -> str:
+    """The AM container's own log page."""
+    return (f"http://{os.environ.get('NM_HOST')}:{os.environ.get('NM_HTTP_PORT')}/node/containerlogs/"
+            f"{os.environ.get('CONTAINER_ID')}/{user}")
+
+
 def single_node_log_url(user: str):
     """A single-node job's task writes its logs into the AM container's log dir."""
-    own = f"http://{os.environ.get('NM_HOST')}:{os.environ.get('NM_HTTP_PORT')}/node/containerlogs/" \
-          f"{os.environ.get('CONTAINER_ID')}/{user}"
+    own = own_log_url(user)
     return lambda task: own if task.last_container is not None else None
 
 
@@ -205,8 +213,19 @@ def run() -> int:
     store = StateStore(bridge.fs(), meta.staging_dir)
     user = os.environ.get("USER") or meta.user
     am = AmRuntime(spec, meta, app_secret, host, socket.gethostbyname(host), proxy_addresses(bridge),
-                   extra_status=lambda: {"am_attempt": am_attempt, "snapshot_current": store.current(am.coordinator)},
+                   extra_status=lambda: {"am_attempt": am_attempt, "snapshot_current": store.current(am.coordinator),
+                                         "user": user, "am_log_url": own_log_url(user)},
                    log_url=single_node_log_url(user) if spec.single_node else log_url_for(user))
+    history = None
+    if spec.history_intermediate:
+        history = HistoryWriter(bridge.fs(), spec.history_intermediate, spec.history_finished, meta.app_id, am_attempt,
+                                spec.history_retention_s)
+        am.events.listeners.append(history)
+        history.start(Path("tony-final.xml").read_text())
+    submitted_ms = os.environ.get("APP_SUBMIT_TIME_ENV")
+    if submitted_ms and am_attempt == 1:
+        am.events.record(ev.SUBMITTED, f"submitted by {user}", at=int(submitted_ms) / 1000)
+    am.events.record(ev.AM_STARTED, f"AM attempt {am_attempt} on {host}", am_attempt=am_attempt, host=host)
     if spec.single_node:
         # TonY: the AM's own container runs the command. Here a local executor does, in a
         # directory beside the AM's with links to the AM's localized files, so exit code, stderr
@@ -272,6 +291,12 @@ def run() -> int:
     log.info("job %s\n%s", final, diagnostics)
     am.wait_for_final_read()
     pumping.set()
+    if history is not None:  # complete before YARN reports the end, so a reader then finds it final
+        am.events.record(ev.APP_FINISHED, f"job {final}", status=final)
+        history.finish(job_summary(
+            coordinator, app_id=meta.app_id, user=user, finished_at=time.time(), am_attempt=am_attempt,
+            submitted_at=int(submitted_ms) / 1000 if submitted_ms else None, tracking_url=tracking_url,
+            am_log_url=own_log_url(user), log_url=am.log_url, state_events=history.states))
     bridge.unregister(final, diagnostics[:60000], tracking_url)
     try:
         bridge.fs().delete(meta.staging_dir, True)

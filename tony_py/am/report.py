@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 PUBLIC_JOB_FIELDS = ("app_id", "name", "state", "final_status", "attempt", "restarts_used", "framework",
                      "am_attempt")
 PUBLIC_TASK_FIELDS = ("name", "type", "index", "state", "tracked", "attempt")
+EVENTS_SHOWN = 100  # the status page's timeline; the history file has every event
 
 
 def root_cause(failures: list[Failure]) -> Failure | None:
@@ -88,6 +89,9 @@ def status(c: "Coordinator", log_url: Callable[[Task], str | None]) -> dict:
         "messages": c.events.lines(20),
         "stage": c.stage,
         "tensorboard_url": c.tensorboard_url,
+        "queue": c.spec.queue,
+        "started_at": c.started_at,
+        "events": list(c.events.recent)[-EVENTS_SHOWN:],
         "tasks": [task_row(t, log_url) for t in c.tasks.values()],
     }
 

@@ -44,13 +44,13 @@ class SubmitArgs:
     quiet: bool = False
 
 
-class _Parser(argparse.ArgumentParser):
+class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit code 2 (argparse's own code too)
         raise UsageError(f"{message} (see --help)")
 
 
 def build_parser(prog: str = "tony submit") -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog=prog,
         description="Submit a distributed training job to YARN (TonY-compatible flags).",
         allow_abbrev=False,

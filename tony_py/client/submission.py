@@ -7,6 +7,7 @@ AM cannot write into a staging dir that was just removed).
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import json
 import math
@@ -29,6 +30,7 @@ from tony_py.config.fit import check_fits
 from tony_py.config.spec import SPEC_FILE, TENSORBOARD_TYPE
 from tony_py.config.xmlconf import to_xml
 from tony_py.errors import ConfigError, UsageError
+from tony_py.history import layout as history_layout
 
 AM_HEAP = "-Xmx256m"
 AM_CLASS = "io.tonypy.am.ApplicationMaster"
@@ -188,7 +190,9 @@ class Submission:
         final["tony.application.id"] = self.app_id
         final["tony.executor.python"] = self.job.task_python
         resources["tony-final.xml"] = st.write_text("tony-final.xml", to_xml(final))
-        resources[SPEC_FILE] = st.write_text(SPEC_FILE, json.dumps(self.job.spec.to_dict()))
+        intermediate, finished = history_layout.roots(self.job.conf.get, st.home)
+        spec = dataclasses.replace(self.job.spec, history_intermediate=intermediate, history_finished=finished)
+        resources[SPEC_FILE] = st.write_text(SPEC_FILE, json.dumps(spec.to_dict()))
         shipped = set(meta.task_resources).union(*type_links.values())
         meta.resources = {k: v.to_json() for k, v in resources.items() if k in shipped}
         resources["tony-job.json"] = st.write_text("tony-job.json", json.dumps(meta.to_json(), indent=1))

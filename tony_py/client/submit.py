@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from tony_py.bridge.interrupts import guard
@@ -22,6 +23,7 @@ from tony_py.client.monitor import Monitor
 from tony_py.client.prepare import PreparedJob, local_paths
 from tony_py.client.submission import Submission, open_gateway
 from tony_py.errors import TonyError
+from tony_py.history.store import HistoryStore
 
 _PR_SET_PDEATHSIG = 1
 
@@ -38,6 +40,18 @@ def die_with_parent() -> None:
         return
     if os.getppid() != parent:  # the driver died before the request was armed
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def compact_history(gw, prepared: PreparedJob, job) -> None:
+    """The finished job's events as Parquet, for pandas or Spark (best effort: the history is
+    readable without it, and `tony history` does it later otherwise)."""
+    try:
+        store = HistoryStore.for_user(gw, prepared.conf.get)
+        summary = store.find_near(job.app_id, (job.report.get("finish_time") or 0) / 1000 or time.time())
+        if summary is not None:
+            store.compact(summary)
+    except TonyError as exc:
+        print(f"tony: warning: could not compact the job history: {exc}", file=sys.stderr)
 
 
 def run(gw, prepared: PreparedJob, prog: str, out=sys.stdout) -> int:
@@ -63,6 +77,9 @@ def run(gw, prepared: PreparedJob, prog: str, out=sys.stdout) -> int:
         code = Monitor(job, quiet=prepared.args.quiet, out=out, startup_timeout_ms=spec.startup_timeout_ms).follow()
         with guard.cleanup():
             job.cleanup()  # the application has ended: remove what is left of its staging dir
+            compact_history(gw, prepared, job)
+        if spec.portal_url:  # TonY's line
+            say(f"Link for {job.app_id}'s events/metrics: {spec.portal_url}/jobs/{job.app_id}")
         return code
     except KeyboardInterrupt as exc:
         say(f"\ninterrupted ({exc or 'Ctrl-C'}): killing {job.app_id}")

@@ -258,6 +258,8 @@ def _build_job_spec(conf: TonyConf, python: str) -> JobSpec:
         docker_am_image=_image(conf, "am") if docker else None,
         docker_mounts=_mounts(conf) if docker else None,
         other_namenodes=_list(conf, "tony.other.namenodes"),
+        history_retention_s=_int(conf, "tony.history.retention-sec", 30 * 24 * 3600, minimum=0),
+        portal_url=_portal_url(conf),
     )
     spec = _with_dependencies(conf, spec)
     _check_framework(spec)
@@ -293,6 +295,17 @@ def _tags(conf: TonyConf) -> tuple[str, ...]:
     if len(tags) > 9:  # and TonY-py adds its own
         raise ConfigError("tony.application.tags", f"{len(tags)} tags; YARN takes at most 10, one is tony-py's")
     return tuple(tags)
+
+
+def _portal_url(conf: TonyConf) -> str | None:
+    """tony.portal.url: where `tony portal` serves this cluster's history (TonY's default,
+    https://localhost:19886, means none was set up)."""
+    url = _text(conf, "tony.portal.url")
+    if url is None or conf.origin("tony.portal.url") == "defaults":
+        return None
+    if not re.match(r"^https?://[^\s]+$", url):
+        raise ConfigError("tony.portal.url", f"{url!r} is not an http(s) URL")
+    return url.rstrip("/")
 
 
 def _check_totals(conf: TonyConf, types: list[TaskType]) -> None:

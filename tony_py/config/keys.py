@@ -36,6 +36,7 @@ tony.horovod.driver.mode.debug tony.application.placement-spec tony.containers.p
 tony.containers.allocation-tags tony.docker.enabled tony.docker.containers.image tony.docker.containers.mount
 tony.other.namenodes tony.task.gpu-metrics.enabled tony.am.command
 tony.application.hdfs-conf-path tony.application.yarn-conf-path tony.application.mapred-conf-path
+tony.history.location tony.history.intermediate tony.history.finished tony.history.retention-sec tony.portal.url
 """.split())
 # Families of keys with a name inside them.
 SUPPORTED_PATTERNS = (
@@ -62,7 +63,8 @@ NOT_SUPPORTED: dict[str, str] = {
 NOT_YET: tuple[str, ...] = (
     "tony.application.enable-preprocess", "tony.application.hadoop.location", "tony.application.hadoop.classpath",
     "tony.am.node-label", "tony.am.resources", "tony.gpu-exec-path",
-    "tony.history.", "tony.portal.", "tony.keytab.", "tony.https.", "tony.http.", "tony.secret.",
+    "tony.history.mover-interval-ms", "tony.history.purger-interval-ms", "tony.history.finished-dir-timezone",
+    "tony.portal.cache.max-entries", "tony.keytab.", "tony.https.", "tony.http.", "tony.secret.",
 )
 PER_TYPE_NOT_YET = frozenset("depends-on".split())
 _PER_TYPE_KEY = re.compile(r"^tony\.([a-z]+)\.([a-z.-]+)$")

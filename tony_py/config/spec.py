@@ -141,6 +141,11 @@ class JobSpec(Checked):
     docker_am_image: str | None = None
     docker_mounts: str | None = None
     other_namenodes: tuple[str, ...] = ()
+    # job history (tony.history.*; the client resolves the directories, "" = none)
+    history_intermediate: str = ""
+    history_finished: str = ""
+    history_retention_s: int = 30 * 24 * 3600
+    portal_url: str | None = None
 
     def validate(self) -> None:
         """Invariants every JobSpec holds, however it was made (build_job_spec names the

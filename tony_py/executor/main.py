@@ -17,7 +17,6 @@ import json
 import logging
 import math
 import os
-import resource
 import shlex
 import signal
 import socket
@@ -35,6 +34,7 @@ from tony_py.config.spec import SPEC_FILE, JobSpec, TaskId
 from tony_py.errors import EXECUTOR_AM_LOST, EXECUTOR_REFUSED
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.control import ControlServer
+from tony_py.executor.metrics import MetricsSampler
 from tony_py.executor.process import UserProcess, describe_returncode, tail
 
 log = logging.getLogger("tony.executor")
@@ -66,6 +66,8 @@ class Settings:
     am_lost_timeout_s: float
     single_node: bool = False
     host: str = "localhost"
+    gpus: int = 0  # what the task's type asked for
+    gpu_metrics: bool = True
 
     @classmethod
     def load(cls, env: dict, spec_file: Path) -> "Settings":
@@ -91,6 +93,8 @@ class Settings:
             am_lost_timeout_s=float(spec.am_lost_timeout_s),
             single_node=spec.single_node,
             host=env.get("NM_HOST") or socket.getfqdn(),
+            gpus=spec.type(task.type).resources.gpus,
+            gpu_metrics=spec.gpu_metrics,
         )
 
 
@@ -259,6 +263,7 @@ class Executor:
         self.callback_file: str | None = None
         self.tb_port: int | None = None
         self.reported: set[str] = set()
+        self.sampler = MetricsSampler(False)
         self.terminated = threading.Event()
 
     def _body(self, attempt: int, **extra) -> dict:
@@ -324,6 +329,7 @@ class Executor:
         self.progress_file = env["TONY_PROGRESS_FILE"]
         self.callback_file = env["TONY_CALLBACK_FILE"]
         self.tb_port, self.reported = tb_port, set()
+        self.sampler = MetricsSampler(self.s.gpus > 0 and self.s.gpu_metrics, env.get("CUDA_VISIBLE_DEVICES"))
         self.child = UserProcess(self.s.command, env, str(self.cwd), out, err)
         # Not the whole command: task_params may carry credentials, and this log is aggregated.
         log.info("started pid %d: %s (%d more argument(s))", self.child.pid, *_describe_command(self.s.command))
@@ -416,12 +422,7 @@ class Executor:
             _check(self.channel.post("/v1/tensorboard", self._body(attempt, url=url)))
 
     def _metrics(self) -> dict:
-        metrics = {"executor_max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-        if self.child is not None:
-            rss = self.child.tree_rss_bytes()
-            if rss is not None:
-                metrics["task_rss_bytes"] = rss
-        return metrics
+        return self.sampler.sample(self.child.pid if self.child is not None else None)
 
     def _stop_child(self) -> None:
         if self.child is not None and self.child.alive():

@@ -110,21 +110,6 @@ class UserProcess:
             except OSError:
                 pass
 
-    def tree_rss_bytes(self) -> int | None:
-        if psutil is None:
-            return None
-        total = 0
-        try:
-            procs = [psutil.Process(self.pid)] + psutil.Process(self.pid).children(recursive=True)
-        except psutil.Error:
-            return None
-        for proc in procs:
-            try:
-                total += proc.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
-
 
 def _group_alive(pgid: int) -> bool:
     try:

@@ -30,6 +30,9 @@ def main():
     p.add_argument("--until-file", default="", help="wait (forever) until this file exists, then go on")
     p.add_argument("--huge-error", default="", help="comma-separated tasks that write a 2 MB error file and exit 3")
     p.add_argument("--marker", default="", help="recorded as is (tells which command ran)")
+    p.add_argument("--serve-tb", action="store_true", help="the task with TB_PORT serves HTTP on it (a stand-in TensorBoard)")
+    p.add_argument("--print-every", type=float, default=0, help="print a numbered line this often while waiting")
+    p.add_argument("--burn", action="store_true", help="hold 64 MB and keep a core busy while waiting")
     args = p.parse_args()
     me = f"{os.environ['JOB_NAME']}:{os.environ['TASK_INDEX']}"
     record = {k: os.environ.get(k) for k in VARS}
@@ -72,20 +75,40 @@ def main():
                 return value
         return None
 
+    if args.serve_tb and os.environ.get("TB_PORT"):
+        import http.server
+        import threading
+
+        server = http.server.ThreadingHTTPServer((os.environ["NM_HOST"], int(os.environ["TB_PORT"])),
+                                                 http.server.SimpleHTTPRequestHandler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    ballast = bytearray(b"\x01" * (64 << 20)) if args.burn else None  # resident, not just reserved
+    lines = [0]
+
     def wait(seconds):
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        next_line = time.monotonic()
+        while time.monotonic() < deadline and not (args.until_file and os.path.exists(args.until_file)):
             if args.progress:
                 Path(os.environ["TONY_PROGRESS_FILE"]).touch()
-            time.sleep(0.5)
+            if args.print_every and time.monotonic() >= next_line:
+                lines[0] += 1
+                print(f"line {lines[0]}", flush=True)
+                next_line = time.monotonic() + args.print_every
+            if args.burn:
+                end = time.monotonic() + 0.45
+                while time.monotonic() < end:
+                    ballast[lines[0] % len(ballast)] = 1
+                time.sleep(0.05)
+            else:
+                time.sleep(0.1 if args.print_every else 0.5)
 
     if me in args.huge_error.split(","):
         with open(os.environ["TONY_ERROR_FILE"], "w") as f:
             json.dump({"type": "HugeError", "message": "m" * 2_000_000, "traceback": "t" * 100}, f)
         sys.exit(3)
     if args.until_file:
-        while not os.path.exists(args.until_file):
-            time.sleep(0.1)
+        wait(float("inf"))
     if me in args.hang.split(","):
         while True:
             time.sleep(1)

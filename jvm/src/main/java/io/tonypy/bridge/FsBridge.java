@@ -132,6 +132,64 @@ public final class FsBridge {
     return out.toArray(new String[0]);
   }
 
+  /** A new file (parent dirs made, mode 0600) that grows by flushed batches: see AppendLog. */
+  public AppendLog openAppendLog(String path) throws IOException {
+    Path p = new Path(path);
+    FileSystem fs = fs(p);
+    fs.mkdirs(p.getParent(), new FsPermission((short) 0700));
+    return new AppendLog(
+        fs.create(p, PRIVATE, true, BUFFER, fs.getDefaultReplication(p), fs.getDefaultBlockSize(p), null));
+  }
+
+  /** Moves a file or directory, making the target's parent dirs first. */
+  public boolean rename(String from, String to) throws IOException {
+    Path src = new Path(from);
+    Path dst = new Path(to);
+    FileSystem fs = fs(src);
+    fs.mkdirs(dst.getParent(), new FsPermission((short) 0700));
+    return fs.rename(src, dst);
+  }
+
+  /** Copies a file to this machine (bulk bytes never cross Py4J: Python reads the local copy). */
+  public void download(String remote, String local) throws IOException {
+    Path src = new Path(remote);
+    fs(src).copyToLocalFile(false, src, new Path(local), true);
+  }
+
+  /** Paths of the files named `name` anywhere under root (empty if root does not exist). */
+  public String[] findFiles(String root, String name) throws IOException {
+    Path p = new Path(root);
+    FileSystem fs = fs(p);
+    java.util.List<String> out = new java.util.ArrayList<>();
+    if (!fs.exists(p)) {
+      return new String[0];
+    }
+    org.apache.hadoop.fs.RemoteIterator<org.apache.hadoop.fs.LocatedFileStatus> it = fs.listFiles(p, true);
+    while (it.hasNext()) {
+      org.apache.hadoop.fs.LocatedFileStatus st = it.next();
+      if (st.getPath().getName().equals(name)) {
+        out.add(fs.makeQualified(st.getPath()).toString());
+      }
+    }
+    return out.toArray(new String[0]);
+  }
+
+  /** Paths of the directories directly inside dir (empty if it does not exist). */
+  public String[] listDirs(String dir) throws IOException {
+    Path p = new Path(dir);
+    FileSystem fs = fs(p);
+    if (!fs.exists(p)) {
+      return new String[0];
+    }
+    java.util.List<String> out = new java.util.ArrayList<>();
+    for (FileStatus st : fs.listStatus(p)) {
+      if (st.isDirectory()) {
+        out.add(fs.makeQualified(st.getPath()).toString());
+      }
+    }
+    return out.toArray(new String[0]);
+  }
+
   public boolean delete(String path, boolean recursive) throws IOException {
     Path p = new Path(path);
     return fs(p).delete(p, recursive);

@@ -247,6 +247,30 @@ public final class ClientBridge {
     }
   }
 
+  /**
+   * One file of one container from YARN's aggregated logs (a finished application), written to
+   * a local file (bulk bytes never cross Py4J). Returns false if YARN has no such log. The file
+   * holds YARN's framing around the content (Container:/LogType:/LogContents: … End of
+   * LogType:), which the caller strips.
+   */
+  public boolean fetchAggregatedLog(String appId, String owner, String containerId, String fileName, String localPath)
+      throws IOException {
+    org.apache.hadoop.yarn.logaggregation.ContainerLogsRequest request =
+        new org.apache.hadoop.yarn.logaggregation.ContainerLogsRequest();
+    request.setAppId(ApplicationId.fromString(appId));
+    request.setAppOwner(owner);
+    request.setContainerId(containerId);
+    request.setLogTypes(java.util.Collections.singleton(fileName));
+    request.setBytes(Long.MAX_VALUE);
+    request.setAppFinished(true);
+    org.apache.hadoop.yarn.logaggregation.filecontroller.LogAggregationFileController controller =
+        new org.apache.hadoop.yarn.logaggregation.filecontroller.LogAggregationFileControllerFactory(conf)
+            .getFileControllerForRead(ApplicationId.fromString(appId), owner);
+    try (java.io.OutputStream out = new java.io.FileOutputStream(localPath)) {
+      return controller.readAggregatedLogs(request, out);
+    }
+  }
+
   public void kill(String appId, String diagnostics) throws IOException, YarnException {
     yarn.killApplication(ApplicationId.fromString(appId), diagnostics);
   }

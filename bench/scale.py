@@ -1,0 +1,315 @@
+"""One AM, many executors: the real Python AM (coordinator, policy, HTTP server, event log and
+history writer) driven by simulated executors that speak the real, signed executor API (JSON on
+stdout).
+
+The AM runs in a process of its own, so its CPU and memory are its own: YARN is replaced by a
+port that grants every container request at once and "starts" each container without running
+anything (this machine cannot run 2,000 containers). The executors are asyncio tasks in this
+process, one connection per request as the real executor makes them: register, long-poll for
+the spec, report started, then heartbeat every tony.task.heartbeat-interval-ms with a metrics
+payload like a real executor's. Measured per executor count:
+
+  spec_p50_s / spec_all_p99_s  from the last registration to each executor holding its spec
+  spec_total_mb              bytes of spec answers, all executors together
+  am_cpu_cores               the AM's CPU use at steady heartbeat, in cores (0.05 = 5 % of one)
+  am_rss_mb                  the AM's resident memory then
+  status_json_ms / page_ms   one status.json and one dashboard page at that size
+  detection_s                from a silenced executor's last heartbeat to the AM's verdict,
+                             next to detection_window_s (interval x tony.task.max-missed-heartbeats)
+
+Usage: bench/scale.py [--executors 200 1000 2000] [--steady-s 20] [--framework tensorflow]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tony_py.auth import RESPONSE_HEADER, Signer  # noqa: E402
+
+HOST = "127.0.0.1"
+# What a real executor's heartbeat carries (tony_py/executor/metrics.py), numbers alike.
+METRICS = {"executor_max_rss_bytes": 27_000_000, "task_rss_bytes": 2_100_000_000, "task_cpu_percent": 98.5,
+           "MAX_MEMORY_BYTES": 2_200_000_000, "AVG_MEMORY_BYTES": 2_000_000_000, "MAX_CPU_UTILIZATION": 101.0,
+           "AVG_CPU_UTILIZATION": 97.0}
+
+
+# ---- the AM side (a child process) ---------------------------------------------------------------
+class LocalDirFs:
+    """The FsBridge calls the history writer makes, on a local directory."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def _p(self, path: str) -> Path:
+        return self.root / path.lstrip("/")
+
+    def openAppendLog(self, path):  # noqa: N802 - the Java name
+        self._p(path).parent.mkdir(parents=True, exist_ok=True)
+        return open(self._p(path), "a")
+
+    def writeText(self, path, text, mode):  # noqa: N802
+        self._p(path).parent.mkdir(parents=True, exist_ok=True)
+        self._p(path).write_text(text)
+
+    def rename(self, src, dst):
+        self._p(dst).parent.mkdir(parents=True, exist_ok=True)
+        os.rename(self._p(src), self._p(dst))
+        return True
+
+
+class InstantPort:
+    """The coordinator's cluster port: every request granted at once, every launch started."""
+
+    def __init__(self, emit):
+        self.emit = emit
+        self.seq = 0
+
+    def request(self, request_id, task_type, count):
+        for _ in range(count):
+            self.seq += 1
+            self.emit({"type": "allocated", "container": {
+                "id": f"container_sim_{self.seq:06d}", "node_id": f"node{self.seq % 50}:0",
+                "host": f"node{self.seq % 50}.example.com", "node_http": "", "resource": {},
+                "allocation_request_id": request_id, "priority": request_id}})
+
+    def launch(self, container_id, launch_spec):
+        self.emit({"type": "started", "container_id": container_id})
+
+    def cancel_requests(self, request_id):
+        pass
+
+    def stop(self, container_id):
+        self.emit({"type": "completed", "container_id": container_id, "exit_status": -105, "diagnostics": ""})
+
+    def release(self, container_id):
+        pass
+
+    def set_progress(self, progress):
+        pass
+
+    def set_heartbeat_interval(self, ms):
+        pass
+
+    def blacklist(self, node_id):
+        pass
+
+
+def am_child(executors: int, framework: str, secret: str, workdir: str) -> None:
+    from tony_py.am.history import HistoryWriter
+    from tony_py.am.launch import JobMeta
+    from tony_py.am.runtime import AmRuntime
+    from tony_py.config.build import build_job_spec
+    from tony_py.config.layers import load_conf
+
+    conf = load_conf(None, [f"tony.worker.instances={executors}", "tony.containers.command=python train.py",
+                            f"tony.application.framework={framework}", "tony.worker.memory=256m"],
+                     env={}, cwd=Path(workdir))
+    spec = build_job_spec(conf)
+    meta = JobMeta(app_id="application_1_0001", staging_dir=workdir, user="bench", resources={}, task_resources=[],
+                   task_python=sys.executable)
+    am = AmRuntime(spec, meta, secret, HOST, HOST)
+    history = HistoryWriter(LocalDirFs(Path(workdir)), "/history/intermediate", "/history/finished", meta.app_id, 1)
+    am.events.listeners.append(history)
+    history.start("<configuration/>")
+    coordinator = am.attach(InstantPort(am.queue.put))
+    coordinator.start()
+    stop = threading.Event()
+    threading.Thread(target=am.run, args=(stop,), daemon=True).start()
+    while sum(1 for t in coordinator.tasks.values() if t.container is not None) < executors:
+        time.sleep(0.05)
+    with coordinator.lock:
+        assignments = {name: t.container.id for name, t in coordinator.tasks.items()}
+    print(json.dumps({"url": am.url, "assignments": assignments}), flush=True)
+    sys.stdin.read()  # until the parent closes the pipe
+
+
+# ---- the executors (this process) -------------------------------------------------------------------
+async def call(signer: Signer, port: int, method: str, target: str, payload: dict | None = None,
+               timeout: float = 60.0) -> tuple[int, bytes]:
+    """One signed request on its own connection, as the real executor makes it; the answer's
+    signature is checked as the real executor checks it."""
+    body = json.dumps(payload).encode() if payload is not None else b""
+    headers, nonce = signer.sign(method, target, body)
+    head = [f"{method} {target} HTTP/1.1", f"Host: {HOST}:{port}", "Connection: close",
+            f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
+    if payload is not None:
+        head.append("Content-Type: application/json")
+    reader, writer = await asyncio.open_connection(HOST, port)
+    try:
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        raw = await asyncio.wait_for(reader.read(), timeout)
+    finally:
+        writer.close()
+    header, _, data = raw.partition(b"\r\n\r\n")
+    lines = header.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    fields = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    signer.check_answer(nonce, status, data, fields.get(RESPONSE_HEADER))
+    return status, data
+
+
+class Executor:
+    def __init__(self, name: str, container: str, secret: str, port: int, heartbeat_s: float):
+        self.name, self.container, self.port, self.heartbeat_s = name, container, port, heartbeat_s
+        self.signer = Signer(secret, container)
+        self.registered_at = self.spec_at = 0.0
+        self.spec_bytes = 0
+        self.last_beat = 0.0
+        self.silenced = False
+        self.beats = 0
+        self.errors = 0
+
+    def _body(self, **extra) -> dict:
+        return {"task": self.name, "attempt": 0, "container": self.container, **extra}
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await call(self.signer, self.port, "POST", "/v1/register", self._body(port=20000, pid=1))
+        self.registered_at = time.monotonic()
+        query = f"task={self.name}&attempt=0&container={self.container}&timeout=30"
+        while True:
+            status, data = await call(self.signer, self.port, "GET", f"/v1/spec?{query}")
+            if status == 200:
+                break
+        self.spec_at, self.spec_bytes = time.monotonic(), len(data)
+        await call(self.signer, self.port, "POST", "/v1/started", self._body(pid=2))
+        await asyncio.sleep(self.heartbeat_s * (hash(self.name) % 1000) / 1000)  # spread, as real starts are
+        while not stop.is_set() and not self.silenced:
+            try:
+                await call(self.signer, self.port, "POST", "/v1/heartbeat", self._body(metrics=METRICS), timeout=10)
+                self.last_beat = time.monotonic()
+                self.beats += 1
+            except (OSError, asyncio.TimeoutError, ValueError):
+                self.errors += 1
+            try:
+                await asyncio.wait_for(stop.wait(), self.heartbeat_s)
+            except asyncio.TimeoutError:
+                pass
+
+
+async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat_s: float, window_s: float) -> dict:
+    import psutil
+
+    port = int(info["url"].rsplit(":", 1)[1])
+    executors = [Executor(n, c, secret, port, heartbeat_s) for n, c in info["assignments"].items()]
+    stop = asyncio.Event()
+    runs = [asyncio.create_task(e.run(stop)) for e in executors]
+    while not all(e.spec_at for e in executors):
+        failed = [r for r in runs if r.done() and r.exception()]
+        if failed:
+            raise RuntimeError(f"an executor failed: {failed[0].exception()!r}")
+        await asyncio.sleep(0.05)
+    last_registration = max(e.registered_at for e in executors)
+    waits = sorted(e.spec_at - last_registration for e in executors)
+    await asyncio.sleep(2 * heartbeat_s + 1)  # every executor into its heartbeat rhythm
+
+    am = psutil.Process(am_pid)
+    cpu0, t0, beats0 = sum(am.cpu_times()[:2]), time.monotonic(), sum(e.beats for e in executors)
+    await asyncio.sleep(steady_s)
+    cpu1, t1, beats1 = sum(am.cpu_times()[:2]), time.monotonic(), sum(e.beats for e in executors)
+    rss = am.memory_info().rss
+
+    client = Signer(secret, "client-bench")
+    started = time.monotonic()
+    status_code, status_body = await call(client, port, "GET", "/status.json")
+    status_ms = (time.monotonic() - started) * 1000
+    started = time.monotonic()
+    page_code, _ = await call(client, port, "GET", "/")
+    page_ms = (time.monotonic() - started) * 1000
+    tasks_in_status = len(json.loads(status_body).get("tasks", []))
+
+    victim = executors[0]
+    victim.silenced = True
+    while not victim.last_beat:
+        await asyncio.sleep(0.05)
+    detected = None
+    deadline = time.monotonic() + window_s * 3 + 10
+    while time.monotonic() < deadline:
+        _, body = await call(client, port, "GET", "/status.json")
+        status = json.loads(body)
+        task = next(t for t in status["tasks"] if t["name"] == victim.name)
+        if task["state"] != "RUNNING" or status["state"] not in ("RUNNING",):
+            detected = time.monotonic()
+            break
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.gather(*runs, return_exceptions=True)
+    return {
+        "executors": len(executors),
+        "spec_p50_s": round(statistics.median(waits), 3),
+        "spec_all_p99_s": round(waits[min(len(waits) - 1, int(len(waits) * 0.99))], 3),
+        "spec_max_s": round(waits[-1], 3),
+        "spec_total_mb": round(sum(e.spec_bytes for e in executors) / 2**20, 2),
+        "spec_bytes_each": max(e.spec_bytes for e in executors),
+        "heartbeats_per_s": round((beats1 - beats0) / (t1 - t0), 1),
+        "heartbeat_errors": sum(e.errors for e in executors),
+        "am_cpu_cores": round((cpu1 - cpu0) / (t1 - t0), 4),
+        "am_rss_mb": round(rss / 2**20, 1),
+        "status_json_ms": round(status_ms, 1) if status_code == 200 else None,
+        "status_tasks": tasks_in_status,
+        "page_ms": round(page_ms, 1) if page_code == 200 else None,
+        "detection_s": round(detected - victim.last_beat, 2) if detected else None,
+        "detection_window_s": window_s,
+    }
+
+
+def measure(executors: int, steady_s: float, framework: str) -> dict:
+    from tony_py.config.spec import JobSpec
+
+    secret = secrets.token_hex(32)
+    defaults = JobSpec.__dataclass_fields__
+    heartbeat_s = defaults["heartbeat_interval_ms"].default / 1000
+    window_s = heartbeat_s * defaults["max_missed_heartbeats"].default
+    with tempfile.TemporaryDirectory() as workdir:
+        am = subprocess.Popen([sys.executable, __file__, "--am-child", str(executors), "--framework", framework,
+                               "--workdir", workdir], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, TONY_BENCH_SECRET=secret))
+        try:
+            line = am.stdout.readline()
+            if not line:
+                raise RuntimeError("the simulated AM did not start")
+            result = asyncio.run(drive(json.loads(line), secret, am.pid, steady_s, heartbeat_s, window_s))
+        finally:
+            am.stdin.close()
+            am.kill()
+            am.wait()
+        events = list(Path(workdir).rglob("events*.jsonl*"))
+        result["history_events"] = sum(1 for p in events for _ in p.open()) if events else 0
+    result["framework"] = framework
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--executors", type=int, nargs="+", default=[200, 1000, 2000])
+    parser.add_argument("--steady-s", type=float, default=20.0, help="how long AM CPU is measured")
+    parser.add_argument("--framework", default="tensorflow", choices=["tensorflow", "pytorch"])
+    parser.add_argument("--am-child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    opts = parser.parse_args()
+    if opts.am_child:
+        am_child(opts.am_child, opts.framework, os.environ["TONY_BENCH_SECRET"], opts.workdir)
+        return 0
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # thousands of sockets at once
+    results = [measure(n, opts.steady_s, opts.framework) for n in opts.executors]
+    print(json.dumps({"benchmark": "scale", "cpu_count": os.cpu_count(), "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

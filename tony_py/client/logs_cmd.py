@@ -1,0 +1,148 @@
+"""`tony logs`: one log of one task, without a browser.
+
+    tony logs APP_ID [--task worker:1] [--attempt N] [--file stdout|stderr|executor|am] [-f]
+
+The task defaults to the chief; the attempt to the task's latest; the file to stdout (the user
+process's). A container that still has its logs on its node is read from the NodeManager's web
+server (`-f` follows it); once YARN aggregated them (the application ended), they are read
+through Hadoop's own log-reading classes in the client's JVM, into a local file.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tony_py.auth import Signer, call_json
+from tony_py.bridge.gateway import ClientGateway
+from tony_py.client.flags import Parser
+from tony_py.client.job import FINAL_STATES
+from tony_py.client.staging import STAGING_ROOT
+from tony_py.errors import TonyError, UsageError
+from tony_py.history.store import HistoryStore
+
+FILES = {"stdout": "attempt-{n}.stdout", "stderr": "attempt-{n}.stderr", "executor": "executor.log", "am": "am.log"}
+FOLLOW_POLL_S = 1.0
+_LOG_URL = re.compile(r"^(https?://[^/]+)/node/containerlogs/([^/]+)/([^/?]+)")
+_PRE = re.compile(r"<pre[^>]*>(.*?)</pre>", re.S)
+
+
+def log_location(gw, app_id: str, task: str | None, attempt: int | None, which: str) -> tuple[str, str, str, str]:
+    """(NodeManager web address, container id, owner, file name) of the log asked for."""
+    report = gw.json("read the application report", gw.bridge.report, app_id)
+    rows, am_log, chief = _tasks_running(gw, app_id, report) if report.get("state") == "RUNNING" else ([], None, None)
+    if not rows:
+        home = gw.call("home directory", gw.fs.homeDirectory)
+        summary = HistoryStore.for_user(gw).find(app_id)
+        if summary is None:
+            raise UsageError(f"{app_id}: its AM is not running and it has no job history under {home}")
+        rows, am_log = summary.get("tasks") or [], summary.get("am_log_url")
+        chief = next((t["name"] for t in rows if t["name"] in ("chief:0", "worker:0")), rows[0]["name"] if rows else None)
+    if which == "am":
+        url = am_log
+        name = FILES["am"]
+    else:
+        wanted = task or chief
+        row = next((t for t in rows if t["name"] == wanted), None)
+        if row is None:
+            raise UsageError(f"--task {wanted}: no such task in {app_id} (tasks: {', '.join(t['name'] for t in rows)})")
+        url = row.get("log_url")
+        name = FILES[which].format(n=row.get("attempt", 0) if attempt is None else attempt)
+    m = _LOG_URL.match(url or "")
+    if not m:
+        raise UsageError(f"{app_id}: no log location recorded for that task")
+    return m.group(1), m.group(2), m.group(3), name
+
+
+def _tasks_running(gw, app_id: str, report: dict) -> tuple[list[dict], str | None, str | None]:
+    """The AM's task table (signed with the secret from the staging dir, for full detail)."""
+    home = gw.call("home directory", gw.fs.homeDirectory)
+    secret_path = f"{home}/{STAGING_ROOT}/{app_id}/tony-secret"
+    if not gw.call("look for the secret", gw.fs.exists, secret_path):
+        return [], None, None
+    signer = Signer(gw.call("read the secret", gw.fs.readText, secret_path).strip(), "tony-logs")
+    try:
+        code, status = call_json(signer, report.get("original_tracking_url") or "", "GET", "/status.json", None, 5)
+    except (OSError, ValueError):
+        return [], None, None
+    if code != 200:
+        return [], None, None
+    rows = status.get("tasks") or []
+    chief = next((t["name"] for t in rows if t["name"] in ("chief:0", "worker:0")), rows[0]["name"] if rows else None)
+    return rows, status.get("am_log_url"), chief
+
+
+def read_node_log(node: str, container: str, owner: str, name: str, start: int = 0) -> str | None:
+    """From the NodeManager's web page (it takes a byte offset); None if it no longer has it."""
+    url = f"{node}/node/containerlogs/{container}/{owner}/{name}/?start={start}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            page = resp.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError):
+        return None
+    blocks = _PRE.findall(page)
+    if not blocks or "No logs available" in page or "Logs not available" in page:
+        return None
+    return html.unescape(blocks[0])
+
+
+def read_aggregated_log(gw, app_id: str, owner: str, container: str, name: str) -> str | None:
+    with tempfile.TemporaryDirectory() as tmp:
+        local = Path(tmp) / "log"
+        if not gw.call("read the aggregated log", gw.bridge.fetchAggregatedLog, app_id, owner, container, name,
+                       str(local)):
+            return None
+        return strip_framing(local.read_text(errors="replace"))
+
+
+def strip_framing(text: str) -> str:
+    """YARN's aggregated-log framing around the file's content."""
+    start = text.find("LogContents:\n")
+    if start < 0:
+        return text
+    body = text[start + len("LogContents:\n"):]
+    end = body.rfind("\nEnd of LogType:")
+    return body[:end + 1] if end >= 0 else body
+
+
+def main(argv: list[str], prog: str = "tony logs") -> int:
+    parser = Parser(prog=prog, description="Print a task's log (running or finished job).")
+    parser.add_argument("app_id")
+    parser.add_argument("--task", help="e.g. worker:1 (default: the chief)")
+    parser.add_argument("--attempt", type=int, help="gang attempt (default: the task's latest)")
+    parser.add_argument("--file", default="stdout", choices=sorted(FILES))
+    parser.add_argument("-f", "--follow", action="store_true", help="keep printing what is added")
+    try:
+        opts = parser.parse_args(argv)
+        with ClientGateway() as gw:
+            node, container, owner, name = log_location(gw, opts.app_id, opts.task, opts.attempt, opts.file)
+            text = read_node_log(node, container, owner, name)
+            if text is None:
+                text = read_aggregated_log(gw, opts.app_id, owner, container, name)
+            if text is None:
+                raise UsageError(f"{name} of {container}: not on its node and not (yet) in YARN's aggregated logs")
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            offset = len(text.encode())
+            while opts.follow:
+                time.sleep(FOLLOW_POLL_S)
+                more = read_node_log(node, container, owner, name, start=offset)
+                if more:
+                    sys.stdout.write(more)
+                    sys.stdout.flush()
+                    offset += len(more.encode())
+                report = gw.json("read the application report", gw.bridge.report, opts.app_id)
+                if report.get("state") in FINAL_STATES and not more:
+                    break
+        return 0
+    except TonyError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
