@@ -5,7 +5,7 @@ stdout).
 The AM runs in a process of its own, so its CPU and memory are its own: YARN is replaced by a
 port that grants every container request at once and "starts" each container without running
 anything (this machine cannot run 2,000 containers). The executors are asyncio tasks in this
-process, one connection per request as the real executor makes them: register, long-poll for
+process, each with one keep-alive connection as the real executor keeps: register, long-poll for
 the spec, report started, then heartbeat every tony.task.heartbeat-interval-ms with a metrics
 payload like a real executor's. Measured per executor count:
 
@@ -14,8 +14,10 @@ payload like a real executor's. Measured per executor count:
   am_cpu_cores               the AM's CPU use at steady heartbeat, in cores (0.05 = 5 % of one)
   am_rss_mb                  the AM's resident memory then
   status_json_ms / page_ms   one status.json and one dashboard page at that size
-  detection_s                from a silenced executor's last heartbeat to the AM's verdict,
-                             next to detection_window_s (interval x tony.task.max-missed-heartbeats)
+  detection_s                how long a silenced executor had been silent when the AM declared it
+                             lost (the AM's clock), next to detection_window_s (interval x
+                             tony.task.max-missed-heartbeats); detection_seen_by_client_s adds
+                             the time until this process saw it
 
 Usage: bench/scale.py [--executors 200 1000 2000] [--steady-s 20] [--framework tensorflow]
 """
@@ -39,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tony_py.auth import RESPONSE_HEADER, Signer  # noqa: E402
+from tony_py.config.spec import JobSpec  # noqa: E402
 
 HOST = "127.0.0.1"
 # What a real executor's heartbeat carries (tony_py/executor/metrics.py), numbers alike.
@@ -138,34 +141,52 @@ def am_child(executors: int, framework: str, secret: str, workdir: str) -> None:
 
 
 # ---- the executors (this process) -------------------------------------------------------------------
-async def call(signer: Signer, port: int, method: str, target: str, payload: dict | None = None,
-               timeout: float = 60.0) -> tuple[int, bytes]:
-    """One signed request on its own connection, as the real executor makes it; the answer's
-    signature is checked as the real executor checks it."""
-    body = json.dumps(payload).encode() if payload is not None else b""
-    headers, nonce = signer.sign(method, target, body)
-    head = [f"{method} {target} HTTP/1.1", f"Host: {HOST}:{port}", "Connection: close",
-            f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
-    if payload is not None:
-        head.append("Content-Type: application/json")
-    reader, writer = await asyncio.open_connection(HOST, port)
-    try:
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
-        raw = await asyncio.wait_for(reader.read(), timeout)
-    finally:
-        writer.close()
-    header, _, data = raw.partition(b"\r\n\r\n")
-    lines = header.decode("latin-1").split("\r\n")
-    status = int(lines[0].split()[1])
-    fields = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
-    signer.check_answer(nonce, status, data, fields.get(RESPONSE_HEADER))
-    return status, data
+class Connection:
+    """One keep-alive HTTP/1.1 connection, as the real executor keeps one (tony_py/auth.py)."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def call(self, signer: Signer, method: str, target: str, payload: dict | None = None,
+                   timeout: float = 60.0) -> tuple[int, bytes]:
+        """One signed request; the answer's signature is checked as the real executor checks it."""
+        body = json.dumps(payload).encode() if payload is not None else b""
+        headers, nonce = signer.sign(method, target, body)
+        head = [f"{method} {target} HTTP/1.1", f"Host: {HOST}:{self.port}", f"Content-Length: {len(body)}",
+                *(f"{k}: {v}" for k, v in headers.items())]
+        if payload is not None:
+            head.append("Content-Type: application/json")
+        if self.streams is None:
+            self.streams = await asyncio.open_connection(HOST, self.port)
+        reader, writer = self.streams
+        try:
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+            header = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+            lines = header.decode("latin-1").split("\r\n")
+            fields = {k.lower(): v for k, _, v in (line.partition(": ") for line in lines[1:] if line)}
+            data = await reader.readexactly(int(fields.get("content-length", 0)))
+        except BaseException:
+            self.close()
+            raise
+        if "close" in fields.get("connection", "").lower():
+            self.close()
+        status = int(lines[0].split()[1])
+        signer.check_answer(nonce, status, data, fields.get(RESPONSE_HEADER.lower()))
+        return status, data
+
+    def close(self) -> None:
+        if self.streams is not None:
+            self.streams[1].close()
+            self.streams = None
 
 
 class Executor:
-    def __init__(self, name: str, container: str, secret: str, port: int, heartbeat_s: float):
+    def __init__(self, name: str, container: str, secret: str, port: int, heartbeat_s: float, metrics_every: int):
         self.name, self.container, self.port, self.heartbeat_s = name, container, port, heartbeat_s
+        self.metrics_every = metrics_every
         self.signer = Signer(secret, container)
+        self.conn = Connection(port)
         self.registered_at = self.spec_at = 0.0
         self.spec_bytes = 0
         self.last_beat = 0.0
@@ -177,22 +198,24 @@ class Executor:
         return {"task": self.name, "attempt": 0, "container": self.container, **extra}
 
     async def run(self, stop: asyncio.Event) -> None:
-        await call(self.signer, self.port, "POST", "/v1/register", self._body(port=20000, pid=1))
+        await self.conn.call(self.signer, "POST", "/v1/register", self._body(port=20000, pid=1))
         self.registered_at = time.monotonic()
         query = f"task={self.name}&attempt=0&container={self.container}&timeout=30"
         while True:
-            status, data = await call(self.signer, self.port, "GET", f"/v1/spec?{query}")
+            status, data = await self.conn.call(self.signer, "GET", f"/v1/spec?{query}")
             if status == 200:
                 break
         self.spec_at, self.spec_bytes = time.monotonic(), len(data)
-        await call(self.signer, self.port, "POST", "/v1/started", self._body(pid=2))
+        await self.conn.call(self.signer, "POST", "/v1/started", self._body(pid=2))
         await asyncio.sleep(self.heartbeat_s * (hash(self.name) % 1000) / 1000)  # spread, as real starts are
         while not stop.is_set() and not self.silenced:
             try:
-                await call(self.signer, self.port, "POST", "/v1/heartbeat", self._body(metrics=METRICS), timeout=10)
+                # metrics ride along once per tony.task.metrics-interval-ms, as the executor sends them
+                extra = {"metrics": METRICS} if self.beats % self.metrics_every == 0 else {}
+                await self.conn.call(self.signer, "POST", "/v1/heartbeat", self._body(**extra), timeout=10)
                 self.last_beat = time.monotonic()
                 self.beats += 1
-            except (OSError, asyncio.TimeoutError, ValueError):
+            except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
                 self.errors += 1
             try:
                 await asyncio.wait_for(stop.wait(), self.heartbeat_s)
@@ -204,7 +227,9 @@ async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat
     import psutil
 
     port = int(info["url"].rsplit(":", 1)[1])
-    executors = [Executor(n, c, secret, port, heartbeat_s) for n, c in info["assignments"].items()]
+    defaults = JobSpec.__dataclass_fields__
+    metrics_every = max(1, round(defaults["metrics_interval_ms"].default / 1000 / heartbeat_s))
+    executors = [Executor(n, c, secret, port, heartbeat_s, metrics_every) for n, c in info["assignments"].items()]
     stop = asyncio.Event()
     runs = [asyncio.create_task(e.run(stop)) for e in executors]
     while not all(e.spec_at for e in executors):
@@ -217,17 +242,17 @@ async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat
     await asyncio.sleep(2 * heartbeat_s + 1)  # every executor into its heartbeat rhythm
 
     am = psutil.Process(am_pid)
-    cpu0, t0, beats0 = sum(am.cpu_times()[:2]), time.monotonic(), sum(e.beats for e in executors)
+    cpu0, t0, beats0 = am.cpu_times(), time.monotonic(), sum(e.beats for e in executors)
     await asyncio.sleep(steady_s)
-    cpu1, t1, beats1 = sum(am.cpu_times()[:2]), time.monotonic(), sum(e.beats for e in executors)
+    cpu1, t1, beats1 = am.cpu_times(), time.monotonic(), sum(e.beats for e in executors)
     rss = am.memory_info().rss
 
-    client = Signer(secret, "client-bench")
+    client, viewer = Signer(secret, "client-bench"), Connection(port)
     started = time.monotonic()
-    status_code, status_body = await call(client, port, "GET", "/status.json")
+    status_code, status_body = await viewer.call(client, "GET", "/status.json")
     status_ms = (time.monotonic() - started) * 1000
     started = time.monotonic()
-    page_code, _ = await call(client, port, "GET", "/")
+    page_code, _ = await viewer.call(client, "GET", "/")
     page_ms = (time.monotonic() - started) * 1000
     tasks_in_status = len(json.loads(status_body).get("tasks", []))
 
@@ -235,18 +260,20 @@ async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat
     victim.silenced = True
     while not victim.last_beat:
         await asyncio.sleep(0.05)
-    detected = None
+    silent_at_detection = detected = None
     deadline = time.monotonic() + window_s * 3 + 10
-    while time.monotonic() < deadline:
-        _, body = await call(client, port, "GET", "/status.json")
-        status = json.loads(body)
-        task = next(t for t in status["tasks"] if t["name"] == victim.name)
-        if task["state"] != "RUNNING" or status["state"] not in ("RUNNING",):
-            detected = time.monotonic()
-            break
-        await asyncio.sleep(0.05)
+    while time.monotonic() < deadline and detected is None:
+        await asyncio.sleep(0.25)
+        _, body = await viewer.call(client, "GET", "/status.json")
+        lost = [e for e in json.loads(body).get("events", [])
+                if e.get("kind") == "HEARTBEAT_LOST" and e.get("task") == victim.name]
+        if lost:  # the AM's own account: how long the executor had been silent when it decided
+            detected, silent_at_detection = time.monotonic(), lost[0].get("silent_s")
     stop.set()
     await asyncio.gather(*runs, return_exceptions=True)
+    for e in executors:
+        e.conn.close()
+    viewer.close()
     return {
         "executors": len(executors),
         "spec_p50_s": round(statistics.median(waits), 3),
@@ -256,23 +283,24 @@ async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat
         "spec_bytes_each": max(e.spec_bytes for e in executors),
         "heartbeats_per_s": round((beats1 - beats0) / (t1 - t0), 1),
         "heartbeat_errors": sum(e.errors for e in executors),
-        "am_cpu_cores": round((cpu1 - cpu0) / (t1 - t0), 4),
+        "am_cpu_cores": round((cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (t1 - t0), 4),
+        "am_cpu_user_cores": round((cpu1.user - cpu0.user) / (t1 - t0), 4),
+        "am_cpu_system_cores": round((cpu1.system - cpu0.system) / (t1 - t0), 4),
         "am_rss_mb": round(rss / 2**20, 1),
         "status_json_ms": round(status_ms, 1) if status_code == 200 else None,
         "status_tasks": tasks_in_status,
         "page_ms": round(page_ms, 1) if page_code == 200 else None,
-        "detection_s": round(detected - victim.last_beat, 2) if detected else None,
+        "detection_s": silent_at_detection,
+        "detection_seen_by_client_s": round(detected - victim.last_beat, 2) if detected else None,
         "detection_window_s": window_s,
     }
 
 
-def measure(executors: int, steady_s: float, framework: str) -> dict:
-    from tony_py.config.spec import JobSpec
-
+def measure(executors: int, steady_s: float, framework: str, heartbeat_s: float | None = None) -> dict:
     secret = secrets.token_hex(32)
     defaults = JobSpec.__dataclass_fields__
-    heartbeat_s = defaults["heartbeat_interval_ms"].default / 1000
-    window_s = heartbeat_s * defaults["max_missed_heartbeats"].default
+    window_s = defaults["heartbeat_interval_ms"].default / 1000 * defaults["max_missed_heartbeats"].default
+    heartbeat_s = heartbeat_s or defaults["heartbeat_interval_ms"].default / 1000
     with tempfile.TemporaryDirectory() as workdir:
         am = subprocess.Popen([sys.executable, __file__, "--am-child", str(executors), "--framework", framework,
                                "--workdir", workdir], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -297,6 +325,8 @@ def main() -> int:
     parser.add_argument("--executors", type=int, nargs="+", default=[200, 1000, 2000])
     parser.add_argument("--steady-s", type=float, default=20.0, help="how long AM CPU is measured")
     parser.add_argument("--framework", default="tensorflow", choices=["tensorflow", "pytorch"])
+    parser.add_argument("--heartbeat-s", type=float, help="heartbeat interval of the simulated executors "
+                        "(default: tony.task.heartbeat-interval-ms's default); detection is measured against the default")
     parser.add_argument("--am-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     opts = parser.parse_args()
@@ -306,7 +336,7 @@ def main() -> int:
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # thousands of sockets at once
-    results = [measure(n, opts.steady_s, opts.framework) for n in opts.executors]
+    results = [measure(n, opts.steady_s, opts.framework, opts.heartbeat_s) for n in opts.executors]
     print(json.dumps({"benchmark": "scale", "cpu_count": os.cpu_count(), "results": results}, indent=2))
     return 0
 

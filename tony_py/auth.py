@@ -29,6 +29,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from typing import Callable
 
 SCHEME = "TONY-HMAC-SHA256"
 REQUEST_HEADER = "X-Tony-Auth"
@@ -50,9 +51,16 @@ class UnsignedAnswer(AuthError):
         self.status = status
 
 
-def _mac(key: bytes, *parts: str | bytes) -> str:
-    data = b"\n".join(p if isinstance(p, bytes) else p.encode() for p in parts)
-    return hmac.new(key, data, hashlib.sha256).hexdigest()
+class _Mac:
+    """HMAC-SHA256 with the secret, keyed once (a copy per message is cheaper than a new key)."""
+
+    def __init__(self, secret: str):
+        self._keyed = hmac.new(secret.encode(), digestmod=hashlib.sha256)
+
+    def __call__(self, *parts: str) -> str:
+        h = self._keyed.copy()
+        h.update("\n".join(parts).encode())
+        return h.hexdigest()
 
 
 def _digest(body: bytes) -> str:
@@ -63,7 +71,7 @@ class Signer:
     """The sending side: signs requests, checks the answers."""
 
     def __init__(self, secret: str, principal: str):
-        self._key = secret.encode()
+        self._mac = _Mac(secret)
         self.principal = principal
         self._last = 0
         self._lock = threading.Lock()
@@ -75,12 +83,12 @@ class Signer:
         """Headers for one request, and the nonce its answer must be signed for."""
         with self._lock:
             seq = self._last = max(time.time_ns(), self._last + 1)
-        sig = _mac(self._key, "req", method.upper(), target, self.principal, str(seq), _digest(body))
+        sig = self._mac("req", method.upper(), target, self.principal, str(seq), _digest(body))
         header = f"{SCHEME} principal={self.principal},seq={seq},sig={sig}"
         return {REQUEST_HEADER: header}, (self.principal, seq)
 
     def check_answer(self, nonce: tuple[str, int], status: int, body: bytes, signature: str | None) -> None:
-        expected = _mac(self._key, "resp", nonce[0], str(nonce[1]), str(status), _digest(body))
+        expected = self._mac("resp", nonce[0], str(nonce[1]), str(status), _digest(body))
         if not signature or not hmac.compare_digest(expected, signature):
             raise AuthError("the answer is not signed with this application's secret")
 
@@ -89,7 +97,7 @@ class Verifier:
     """The receiving side: checks requests (signature, then freshness), signs the answers."""
 
     def __init__(self, secret: str):
-        self._key = secret.encode()
+        self._mac = _Mac(secret)
         self._last: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -103,7 +111,7 @@ class Verifier:
         if not m:
             raise AuthError("missing or malformed X-Tony-Auth header")
         principal, seq, sig = m.group(1), int(m.group(2)), m.group(3)
-        expected = _mac(self._key, "req", method.upper(), target, principal, str(seq), _digest(body))
+        expected = self._mac("req", method.upper(), target, principal, str(seq), _digest(body))
         if not hmac.compare_digest(expected, sig):
             raise AuthError("bad signature")
         with self._lock:
@@ -116,7 +124,7 @@ class Verifier:
         return principal, seq
 
     def sign_answer(self, nonce: tuple[str, int], status: int, body: bytes) -> str:
-        return _mac(self._key, "resp", nonce[0], str(nonce[1]), str(status), _digest(body))
+        return self._mac("resp", nonce[0], str(nonce[1]), str(status), _digest(body))
 
     # A later AM attempt continues where this one stopped, so old requests stay refused.
     def last_seen(self) -> dict[str, int]:
@@ -131,30 +139,109 @@ class Verifier:
 
 
 # ---- a signed JSON call over HTTP (standard library: the executor has nothing else) ------------
+class KeepAlive:
+    """One persistent HTTP/1.1 connection to a server, for a caller that talks to it every
+    second (an executor's heartbeats): no connect and no server-side setup per request. A
+    connection the server closed while idle is replaced once, silently; concurrent callers
+    that find it busy use a connection of their own for that call."""
+
+    def __init__(self) -> None:
+        self._conn = None
+        self._origin: tuple[str, int] | None = None
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def exchange(self, origin: tuple[str, int], method: str, target: str, body: bytes,
+                 make_headers: Callable[[], dict[str, str]], timeout: float) -> tuple[int, bytes, str | None]:
+        import http.client
+
+        if not self._lock.acquire(blocking=False):
+            return _one_off(origin, method, target, body, make_headers(), timeout)
+        try:
+            if self._origin != origin:
+                self.close()
+                self._origin = origin
+            for retry in (False, True):
+                reused = self._conn is not None
+                if not reused:
+                    self._conn = http.client.HTTPConnection(*origin, timeout=timeout)
+                elif self._conn.sock is not None:
+                    self._conn.sock.settimeout(timeout)
+                try:
+                    self._conn.request(method, target, body=body if method == "POST" else None,
+                                       headers=make_headers())
+                    resp = self._conn.getresponse()
+                    raw = resp.read()
+                    if resp.will_close:
+                        self.close()
+                    return resp.status, raw, resp.getheader(RESPONSE_HEADER)
+                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                    self.close()
+                    if not reused or retry:
+                        raise
+                    # the server closed the idle connection: once more on a new one (re-signed)
+                except BaseException:
+                    self.close()
+                    raise
+            raise AssertionError("unreachable")
+        finally:
+            self._lock.release()
+
+
+def _one_off(origin, method, target, body, headers, timeout) -> tuple[int, bytes, str | None]:
+    import http.client
+
+    conn = http.client.HTTPConnection(*origin, timeout=timeout)
+    try:
+        conn.request(method, target, body=body if method == "POST" else None, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, resp.read(), resp.getheader(RESPONSE_HEADER)
+    finally:
+        conn.close()
+
+
+def _origin(base_url: str) -> tuple[str, int]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(base_url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"not an http:// URL: {base_url!r}")
+    return parts.hostname, parts.port or 80
+
+
 def call_json(signer: Signer, base_url: str, method: str, target: str, payload: dict | None,
-              timeout: float) -> tuple[int, dict | None]:
+              timeout: float, keep_alive: KeepAlive | None = None) -> tuple[int, dict | None]:
     """One signed request; returns (status, JSON answer). An answer that is not signed for this
     request raises AuthError (never trusted, whatever it says); connection errors propagate."""
     import http.client
     import json
-    import urllib.error
-    import urllib.request
 
     body = json.dumps(payload).encode() if payload is not None else b""
-    headers, nonce = signer.sign(method, target, body)
-    request = urllib.request.Request(base_url.rstrip("/") + target, data=body if method == "POST" else None,
-                                     method=method, headers=headers)
-    if method == "POST":
-        request.add_header("Content-Type", "application/json")
+    nonce: list[tuple[str, int]] = []
+
+    def make_headers() -> dict[str, str]:  # signed afresh for each try: a sequence number is used once
+        headers, n = signer.sign(method, target, body)
+        nonce[:] = [n]
+        if method == "POST":
+            headers["Content-Type"] = "application/json"
+        return headers
+
+    origin = _origin(base_url)
+    prefix = base_url.split("://", 1)[1].partition("/")[2].rstrip("/")
+    full_target = (f"/{prefix}" if prefix else "") + target
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            status, raw, signature = resp.status, resp.read(), resp.headers.get(RESPONSE_HEADER)
-    except urllib.error.HTTPError as exc:
-        status, raw, signature = exc.code, exc.read(), exc.headers.get(RESPONSE_HEADER)
+        if keep_alive is not None:
+            status, raw, signature = keep_alive.exchange(origin, method, full_target, body, make_headers, timeout)
+        else:
+            status, raw, signature = _one_off(origin, method, full_target, body, make_headers(), timeout)
     except http.client.HTTPException as exc:
         raise OSError(f"garbled answer: {exc}") from None
     try:
-        signer.check_answer(nonce, status, raw, signature)
+        signer.check_answer(nonce[0], status, raw, signature)
     except AuthError:
         raise UnsignedAnswer(status) from None
     try:

@@ -1,8 +1,16 @@
 """A coordinator wired to a fake cluster port and a fake clock, for the unit tests of the AM."""
 
+import json
+
 from tony_py.am.coordinator import Coordinator
+from tony_py.frameworks.envplan import expand
 from tony_py.config.layers import load_conf
 from tony_py.config.build import build_job_spec
+
+
+def served_cluster(answer: dict) -> dict:
+    """The cluster a task was served (TonY's CLUSTER_SPEC, shared values expanded)."""
+    return json.loads(expand(answer["env"], answer.get("shared"))["CLUSTER_SPEC"])
 
 
 class FakePort:
@@ -74,7 +82,7 @@ class Harness:
         for i, name in enumerate(self.c.tasks):
             assert self.c.register(name, 0, self.containers[name], 2000 + i, None) == {"ok": True, "attempt": 0}
         for name in self.c.tasks:
-            assert "cluster" in self.c.wait_spec(name, 0, self.containers[name], 0)
+            assert "env" in self.c.wait_spec(name, 0, self.containers[name], 0)
             self.c.task_started(name, 0, self.containers[name], 100)
         return self.containers
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from harness import Harness
+from harness import Harness, served_cluster
 from tony_py.am.coordinator import JobState
 from tony_py.am.failover import AmSnapshot
 from tony_py.am.tasks import TaskState
@@ -16,7 +16,7 @@ def test_happy_path_two_workers(tmp_path):
     h.bring_up()
     assert h.c.state == JobState.RUNNING
     spec = h.c.wait_spec("worker:1", 0, h.containers["worker:1"], 0)
-    assert spec["cluster"] == {"worker": ["host1:2000", "host2:2001"]}
+    assert served_cluster(spec) == {"worker": ["host1:2000", "host2:2001"]}
     assert spec["env"]["TF_CONFIG"]
     assert h.result("worker:1") == {"action": "exit"}
     assert h.c.decision is None
@@ -34,7 +34,7 @@ def test_gang_waits_for_every_task(tmp_path):
     assert h.c.wait_spec("worker:0", 0, c1, 0) is None  # worker:1 not registered yet
     c2 = h.allocate("worker")
     h.c.register("worker:1", 0, c2, 2001, None)
-    assert h.c.wait_spec("worker:0", 0, c1, 0)["cluster"]["worker"] == ["host1:2000", "host2:2001"]
+    assert served_cluster(h.c.wait_spec("worker:0", 0, c1, 0))["worker"] == ["host1:2000", "host2:2001"]
 
 
 def test_surplus_container_is_released(tmp_path):
@@ -348,7 +348,7 @@ def test_waiting_for_the_spec_counts_as_alive(tmp_path):
     h.c.on_started(c2)
     h.c.register("worker:1", 0, c2, 2001, None)  # the gang is complete: the parked call returns
     parked.join(timeout=5)
-    assert answers and answers[0]["cluster"] == {"worker": ["host1:2000", "host2:2001"]}
+    assert answers and served_cluster(answers[0]) == {"worker": ["host1:2000", "host2:2001"]}
 
 
 # ---- regressions found in review ------------------------------------------------------------------
@@ -451,7 +451,7 @@ def test_fcfs_serves_each_task_its_spec_at_once(tmp_path):
     h.c.on_started(c1)
     h.c.register("worker:0", 0, c1, 2000, None)
     spec = h.c.wait_spec("worker:0", 0, c1, 0)  # worker:1 has no container yet
-    assert spec["cluster"] == {"worker": ["host1:2000"]} and "TF_CONFIG" not in spec["env"]
+    assert spec is not None and "TF_CONFIG" not in spec["env"] and "CLUSTER_SPEC" not in spec["env"]
     assert h.c.state == JobState.RUNNING
 
 

@@ -120,8 +120,8 @@ def test_a_result_too_large_to_check_is_sent_again_without_its_details(am):
     assert am.h.c.tasks["worker:0"].exit_code == 3
 
 
-def test_idle_connections_are_capped_and_timed_out(am, monkeypatch):
-    monkeypatch.setattr(server_module._Handler, "timeout", 0.5)
+def test_idle_connections_are_capped_and_timed_out(am):
+    am.http.request_timeout_s = 0.5
     idle = [socket.create_connection(("127.0.0.1", am.port)) for _ in range(3)]
     try:
         time.sleep(0.1)

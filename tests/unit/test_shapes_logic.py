@@ -3,7 +3,7 @@ produce, and how the coordinator runs them (fake cluster port, fake clock)."""
 
 import pytest
 
-from harness import Harness
+from harness import Harness, served_cluster
 from tony_py import frameworks
 from tony_py.am.coordinator import JobState
 from tony_py.am.launch import JobMeta, TaskLauncher
@@ -44,7 +44,7 @@ def test_training_is_requested_only_after_the_prepare_stage_succeeded(tmp_path):
     h.containers["prep:0"] = c
     h.c.on_started(c)
     h.c.register("prep:0", 0, c, 2000, None)
-    assert h.c.wait_spec("prep:0", 0, c, 0)["cluster"] == {"prep": ["host1:2000"]}
+    assert served_cluster(h.c.wait_spec("prep:0", 0, c, 0)) == {"prep": ["host1:2000"]}
     h.c.task_started("prep:0", 0, c, 1)
     h.result("prep:0")
     assert h.port.requests == [("prep", 1), ("worker", 2)] and h.c.state == JobState.ALLOCATING and h.c.stage == 1
@@ -54,7 +54,7 @@ def test_training_is_requested_only_after_the_prepare_stage_succeeded(tmp_path):
     h.c.register("worker:0", 0, h.containers["worker:0"], 3000, None)
     h.c.register("worker:1", 0, h.containers["worker:1"], 3001, None)
     assert h.c.state == JobState.RUNNING
-    assert h.c.wait_spec("worker:1", 0, h.containers["worker:1"], 0)["cluster"] == {"worker": ["host2:3000", "host3:3001"]}
+    assert served_cluster(h.c.wait_spec("worker:1", 0, h.containers["worker:1"], 0)) == {"worker": ["host2:3000", "host3:3001"]}
     h.result("worker:0")
     h.result("worker:1")
     assert h.c.final_status == "SUCCEEDED"

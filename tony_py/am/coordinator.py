@@ -43,6 +43,7 @@ from tony_py.am.requests import RequestBook
 from tony_py.am.tasks import Container, Failure, FailureKind, Task, TaskState
 from tony_py.config.spec import JobSpec, TaskType
 from tony_py.errors import EXECUTOR_EXITS
+from tony_py.frameworks.envplan import EnvPlan, SpecAnswer
 
 
 class JobState(str, enum.Enum):
@@ -119,6 +120,11 @@ class Coordinator:
         self.stage = 0  # the stage being run (tony.application.prepare-stage / training-stage)
         self.callbacks: dict[str, dict] = {}  # what task processes reported back (Horovod's driver port)
         self.tensorboard_url: str | None = None
+        # called (under the lock) when something changed that a waiting spec long-poll may be
+        # answered by: the HTTP server wakes its waiters on its own loop
+        self.watchers: list[Callable[[], None]] = []
+        self._callbacks_seen = 0  # bumped by every callback: a plan built before it is stale
+        self._plan: tuple[tuple, dict, EnvPlan] | None = None
 
     # ---- the one place the job's state changes ---------------------------------------------
     def _enter(self, state: JobState, why: str = "") -> None:
@@ -127,7 +133,13 @@ class Coordinator:
         self.state = state
         self.dirty = True
         self.events.record(ev.STATE, why or state.value, state=state.value, attempt=self.attempt)
+        self._changed()
+
+    def _changed(self) -> None:
+        """Wake whoever waits for the coordinator: blocking long-polls and the server's watchers."""
         self.cond.notify_all()
+        for watcher in self.watchers:
+            watcher()
 
     # ---- helpers -------------------------------------------------------------------------
     def _mark(self, phase: str) -> None:
@@ -245,7 +257,7 @@ class Coordinator:
                 if detail:
                     reason += f"; YARN: {detail.splitlines()[0][:300]}"
                 self._fail(task, kind, reason, container=container, exit_code=exit_status)
-            self.cond.notify_all()
+            self._changed()
             self._maybe_done()
 
     def on_requests_rejected(self, allocation_request_id: int, reason: str) -> None:
@@ -318,8 +330,7 @@ class Coordinator:
             self.events.record(ev.REGISTERED, f"executor registered at {task.address}", task.name,
                                attempt=task.attempt)
             if self.cluster_view is None and self.spec.distributed_mode == "GANG" and self._gang_complete():
-                self._serve_specs()
-            self.cond.notify_all()
+                self._serve_specs()  # enters RUNNING, which wakes the waiting long-polls
             return {"ok": True, "attempt": task.attempt}
 
     def _gang_complete(self) -> bool:
@@ -344,35 +355,63 @@ class Coordinator:
                 view.setdefault(t.id.type, []).append(t.address)
         return view
 
+    def try_spec(self, name: str, attempt: int, container_id: str) -> SpecAnswer | dict | None:
+        """The answer to a spec long-poll now: the task's env (a SpecAnswer), an instruction for
+        a stale executor, or None while the spec does not exist yet."""
+        with self.lock:
+            task, stale = self._lookup(name, attempt, container_id)
+            if stale:
+                return stale
+            task.last_heartbeat = self.clock()  # a waiting long-poll proves the executor alive
+            view = self.cluster_view
+            if view is None and self.spec.distributed_mode == "FCFS" and task.address:
+                view = self._view()  # FCFS: each task starts with what has registered so far
+                if self.state in (JobState.ALLOCATING, JobState.RESTARTING):
+                    self._enter(JobState.RUNNING, f"attempt {self.attempt}: first spec served (FCFS)")
+            if view is None or not task.address or not frameworks.ready(self.spec, task.id, self.callbacks):
+                return None
+            self._mark("first_spec_served")
+            self.events.record(ev.SPEC_SERVED, "cluster spec served", task.name, attempt=task.attempt)
+            plan = self._env_plan(view)
+            return SpecAnswer(self._task_env(task, plan), plan)
+
+    def polling(self, name: str, delta: int) -> None:
+        """A long-poll of the task's executor started (+1) or ended (-1): alive, not heartbeating."""
+        with self.lock:
+            task = self.tasks.get(name)
+            if task is not None:
+                task.polling = max(0, task.polling + delta)
+
     def wait_spec(self, name: str, attempt: int, container_id: str, timeout: float) -> dict | None:
-        """Long-poll: the task's cluster spec and env once it exists; None on timeout."""
+        """try_spec, blocking up to `timeout` (for callers with a thread to spare: tests)."""
         deadline = time.monotonic() + timeout
         with self.cond:
             while True:
-                task, stale = self._lookup(name, attempt, container_id)
-                if stale:
-                    return stale
-                task.last_heartbeat = self.clock()  # a waiting long-poll proves the executor alive
-                view = self.cluster_view
-                if view is None and self.spec.distributed_mode == "FCFS" and task.address:
-                    view = self._view()  # FCFS: each task starts with what has registered so far
-                    if self.state in (JobState.ALLOCATING, JobState.RESTARTING):
-                        self._enter(JobState.RUNNING, f"attempt {self.attempt}: first spec served (FCFS)")
-                if view is not None and task.address and frameworks.ready(self.spec, task.id, self.callbacks):
-                    self._mark("first_spec_served")
-                    self.events.record(ev.SPEC_SERVED, "cluster spec served", task.name, attempt=task.attempt)
-                    return {"cluster": view, "env": self._task_env(task, view)}
+                answer = self.try_spec(name, attempt, container_id)
+                if answer is not None:
+                    return answer.to_dict() if isinstance(answer, SpecAnswer) else answer
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
-                task.polling += 1
+                self.polling(name, +1)
                 try:
                     self.cond.wait(remaining)
                 finally:
-                    task.polling -= 1
+                    self.polling(name, -1)
 
-    def _task_env(self, task: Task, view: dict[str, list[str]]) -> dict[str, str]:
-        env = frameworks.task_env(self.spec, view, task.id, self.callbacks)
+    def _env_plan(self, view: dict[str, list[str]]) -> EnvPlan:
+        """The framework's plan for this view, built once per served view (FCFS views differ per
+        task and are not kept)."""
+        key = (self.attempt, self.stage, self._callbacks_seen)
+        if view is self.cluster_view and self._plan is not None and self._plan[0] == key and self._plan[1] is view:
+            return self._plan[2]
+        plan = frameworks.plan(self.spec, view, self.callbacks)
+        if view is self.cluster_view:
+            self._plan = (key, view, plan)
+        return plan
+
+    def _task_env(self, task: Task, plan: EnvPlan) -> dict[str, str]:
+        env = plan.env(task.id)
         env["TONY_RESTART_ATTEMPT"] = str(task.attempt)
         # TonY's counters, with TonY's meaning (TonY itself left both at 0: a bug): the session
         # a task belongs to, which user code reads to resume.
@@ -405,8 +444,9 @@ class Coordinator:
             if stale:
                 return stale
             self.callbacks[task.name] = {"host": task.container.host, **info}
+            self._callbacks_seen += 1
             self.events.record(ev.NOTE, f"reported {info}", task.name, attempt=task.attempt)
-            self.cond.notify_all()
+            self._changed()
             return {"ok": True}
 
     def register_tensorboard(self, name: str, attempt: int, container_id: str, url: str) -> dict:
@@ -468,7 +508,7 @@ class Coordinator:
                     message += f": {error.get('type') or 'error'}: {error['message']}"
                 self._fail(task, kind, message, exit_code=exit_code, signal=signal,
                            stderr_tail=stderr_tail, error=error, when=task.finished_at)
-            self.cond.notify_all()
+            self._changed()
             answer = self._instruction(task, attempt, container_id)
             if answer is None:
                 # The task's run is over and no restart involves it: its executor may leave,
@@ -633,7 +673,8 @@ class Coordinator:
                 timed_out = policy.task_timeout(self.spec, task, now)
                 if timed_out:
                     if timed_out[0] == FailureKind.LOST:
-                        self.events.record(ev.HEARTBEAT_LOST, timed_out[1], task.name, attempt=task.attempt)
+                        self.events.record(ev.HEARTBEAT_LOST, timed_out[1], task.name, attempt=task.attempt,
+                                           silent_s=round(now - task.last_heartbeat, 3))
                     self._fail(task, *timed_out)
             for dependency, running in ([] if self.decision else policy.dependency_timeouts(self.spec, self.tasks, now)):
                 self._dependency_timed_out(dependency, running)

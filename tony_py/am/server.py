@@ -8,23 +8,28 @@
   come from YARN's web proxy (which authenticates users on a secure cluster; Hadoop's AmIpFilter
   trusts the same source addresses); anyone else sees task states only.
 
-It binds to the AM container's host address only, never to a wildcard address. Connections
-are capped (a flood of idle sockets gets 503, not a thread each), a request must arrive within
-a few seconds, and bodies need a valid Content-Length no larger than 1 MiB.
+Everything runs on one event loop (tony_py/am/httpd.py: why, and what HTTP it speaks):
+executor calls are short and answered on the loop; a spec long-poll waits on the loop, woken
+when the coordinator reports a change that can answer it (no thread per waiting executor); the
+page and status.json are built in a small thread pool so a large job's page never delays a
+heartbeat. It binds to the AM container's host address only, never to a wildcard address.
+Connections are capped (a flood of idle sockets gets 503), a request must arrive within a few
+seconds, and bodies need a valid Content-Length no larger than 1 MiB.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs
 
 from tony_py.am import dashboard
 from tony_py.am.coordinator import Coordinator
+from tony_py.am.httpd import HttpServer, Request, Response
 from tony_py.auth import REQUEST_HEADER, RESPONSE_HEADER, AuthError, Verifier
 
 log = logging.getLogger("tony.am.server")
@@ -32,6 +37,7 @@ log = logging.getLogger("tony.am.server")
 MAX_BODY = 1 << 20
 MAX_LONG_POLL_S = 30.0
 REQUEST_TIMEOUT_S = 5.0  # to send a whole request; long-polls wait in the coordinator, not here
+IDLE_TIMEOUT_S = 120.0  # an executor's connection between heartbeats (tony.task.heartbeat-interval-ms)
 MAX_METRICS = 64
 
 
@@ -41,162 +47,166 @@ class BadRequest(ValueError):
     status = 400
 
 
-class TooLarge(BadRequest):
-    status = 413
-
-
-class AmHttpServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = False
-    request_queue_size = 128
-
-    def __init__(self, address, coordinator: Coordinator, verifier: Verifier, status: Callable[[bool], dict],
+class AmHttpServer:
+    def __init__(self, address, coordinator: Coordinator | None, verifier: Verifier, status: Callable[[bool], dict],
                  trusted_addresses: frozenset[str] = frozenset(), max_connections: int = 256):
-        self.coordinator = coordinator
         self.verifier = verifier
         self.status_fn = status
         self.trusted_addresses = trusted_addresses
         self.final_status_served = threading.Event()
-        self._slots = threading.BoundedSemaphore(max_connections)
-        super().__init__(address, _Handler)
+        self.http = HttpServer(address, self._handle, max_connections=max_connections,
+                               request_timeout_s=REQUEST_TIMEOUT_S, idle_timeout_s=IDLE_TIMEOUT_S, max_body=MAX_BODY)
+        self._waiters: list[asyncio.Future] = []
+        self._wake_pending = False
+        self._coordinator: Coordinator | None = None
+        self.coordinator = coordinator
 
+    # ---- lifecycle (the same calls as socketserver's, which the AM used before) ---------------
     @property
     def port(self) -> int:
-        return self.server_address[1]
+        return self.http.port
 
-    # ---- connection cap --------------------------------------------------------------------
-    def process_request(self, request, client_address):
-        if not self._slots.acquire(blocking=False):
-            try:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
+    def serve_forever(self, poll_interval: float | None = None) -> None:
+        self.http.serve_forever()
 
-    def process_request_thread(self, request, client_address):
+    def shutdown(self) -> None:
+        self.http.shutdown()
+
+    def server_close(self) -> None:
+        self.http.server_close()
+
+    @property
+    def coordinator(self) -> Coordinator | None:
+        return self._coordinator
+
+    @coordinator.setter
+    def coordinator(self, coordinator: Coordinator | None) -> None:
+        self._coordinator = coordinator
+        if coordinator is not None:
+            coordinator.watchers.append(self._changed)
+
+    # ---- spec long-polls --------------------------------------------------------------------
+    def _changed(self) -> None:
+        """The coordinator changed something a waiting long-poll may be answered by (it calls
+        this under its lock, from any thread): wake the waiters once, on the loop."""
+        if not self._wake_pending:
+            self._wake_pending = True
+            self.http.call_soon(self._wake)
+
+    def _wake(self) -> None:
+        self._wake_pending = False
+        waiters, self._waiters = self._waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
+    async def _wait_spec(self, task: str, attempt: int, container: str, timeout: float):
+        c = self.coordinator
+        answer = c.try_spec(task, attempt, container)
+        if answer is not None:
+            return answer
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        c.polling(task, +1)
         try:
-            super().process_request_thread(request, client_address)
+            while answer is None:
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return None
+                future = loop.create_future()
+                self._waiters.append(future)
+                try:
+                    await asyncio.wait_for(future, remaining)
+                except asyncio.TimeoutError:
+                    pass
+                answer = c.try_spec(task, attempt, container)
+            return answer
         finally:
-            self._slots.release()
+            c.polling(task, -1)
 
-
-class _Handler(BaseHTTPRequestHandler):
-    server: AmHttpServer
-    protocol_version = "HTTP/1.1"
-    timeout = REQUEST_TIMEOUT_S
-
-    def log_message(self, fmt, *args):  # route the stdlib's access log to logging, quietly
-        log.debug("%s %s", self.address_string(), fmt % args)
-
-    # ---- plumbing --------------------------------------------------------------------------
-    def _send(self, code: int, payload: dict | None = None, content_type="application/json", body: bytes = b"",
-              nonce: tuple[str, int] | None = None):
-        if payload is not None:
-            body = json.dumps(payload).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        if nonce is not None:
-            self.send_header(RESPONSE_HEADER, self.server.verifier.sign_answer(nonce, code, body))
-        self.end_headers()
-        if body:
-            self.wfile.write(body)
-
-    def _read_body(self) -> bytes:
-        raw = self.headers.get("Content-Length")
-        if raw is None:
-            if self.command == "POST":
-                raise BadRequest("Content-Length is required")
-            return b""
+    # ---- requests -----------------------------------------------------------------------------
+    def _handle(self, request: Request):
+        """A Response for executor calls (answered at once, on the loop), or a coroutine for
+        what waits: a spec long-poll, the page and status.json (built in a thread)."""
+        path = request.path
+        if request.method == "GET":
+            if path in ("/status.json", "/api/status", "/", "/index.html"):
+                return self._status(request, page=path in ("/", "/index.html"))
+            if path == "/v1/spec":
+                return self._spec(request)
+            return _json(404, {"error": "not found"})
+        if request.method != "POST":
+            return _json(405, {"error": f"{request.method} is not allowed"})
+        if not path.startswith("/v1/"):
+            return _json(404, {"error": "not found"})
+        nonce = self._verified(request)
+        if nonce is None:
+            return _json(401, {"error": "unsigned, wrongly signed or replayed request"})
         try:
-            length = int(raw)
-        except ValueError:
-            raise BadRequest(f"bad Content-Length {raw!r}") from None
-        if length < 0:
-            raise BadRequest(f"bad Content-Length {raw!r}")
-        if length > MAX_BODY:
-            raise TooLarge(f"the body is larger than {MAX_BODY} bytes")
-        return self.rfile.read(length) if length else b""
+            data = json.loads(request.body or b"{}")
+            if not isinstance(data, dict):
+                raise BadRequest("the body must be a JSON object")
+            answer = self._route(path, data)
+        except (BadRequest, ValueError) as exc:
+            return self._signed(400, {"error": f"bad request: {exc}"}, nonce)
+        if answer is None:
+            return self._signed(404, {"error": "not found"}, nonce)
+        return self._signed(200, answer, nonce)
 
-    def _verified(self, body: bytes) -> tuple[str, int] | None:
+    async def _status(self, request: Request, page: bool) -> Response:
+        trusted, nonce = self._viewer(request)
+        status = await self.http.in_thread(self.status_fn, trusted)
+        if page:
+            body = await self.http.in_thread(dashboard.render, status)
+            return self._signed(200, body, nonce, content_type="text/html; charset=utf-8")
+        if status.get("state") == "DONE" and nonce is not None:  # the client (signed) has the final table
+            self.final_status_served.set()
+        return self._signed(200, status, nonce)
+
+    async def _spec(self, request: Request) -> Response:
+        nonce = self._verified(request)
+        if nonce is None:
+            return _json(401, {"error": "unsigned, wrongly signed or replayed request"})
+        try:
+            q = {k: v[0] for k, v in parse_qs(request.query, strict_parsing=False).items()}
+            task, attempt = _text(q, "task"), _int(q, "attempt", 0, 1 << 20)
+            container = _text(q, "container", "")
+            timeout = _seconds(q, "timeout", 0.0, MAX_LONG_POLL_S, default=20.0)
+        except BadRequest as exc:
+            return self._signed(400, {"error": f"bad request: {exc}"}, nonce)
+        answer = await self._wait_spec(task, attempt, container, timeout)
+        return self._signed(204, None, nonce) if answer is None else self._signed(200, answer, nonce)
+
+    def _verified(self, request: Request) -> tuple[str, int] | None:
         """The request's nonce if it is signed with the app secret and fresh, else None."""
         try:
-            return self.server.verifier.check(self.command, self.path, body, self.headers.get(REQUEST_HEADER))
+            return self.verifier.check(request.method, request.target, request.body,
+                                       request.headers.get(REQUEST_HEADER.lower()))
         except AuthError:
             return None
 
-    def _viewer(self) -> tuple[bool, tuple[str, int] | None]:
+    def _viewer(self, request: Request) -> tuple[bool, tuple[str, int] | None]:
         """(full detail?, the nonce to sign the answer for): a signed request (the client) or
         one relayed by YARN's web proxy sees everything; anyone else sees states only."""
-        if self.headers.get(REQUEST_HEADER):
-            nonce = self._verified(b"")
+        if request.headers.get(REQUEST_HEADER.lower()):
+            nonce = self._verified(request)
             return nonce is not None, nonce
-        return self.client_address[0] in self.server.trusted_addresses, None
+        return request.peer in self.trusted_addresses, None
 
-    # ---- routes ----------------------------------------------------------------------------
-    def do_GET(self):
-        try:
-            self._read_body()
-        except BadRequest as exc:
-            self.close_connection = True  # what was not read must not be taken for the next request
-            return self._send(exc.status, {"error": str(exc)})
-        url = urlparse(self.path)
-        if url.path in ("/status.json", "/api/status"):
-            trusted, nonce = self._viewer()
-            status = self.server.status_fn(trusted)
-            if status.get("state") == "DONE" and nonce is not None:  # the client (signed) has the final table
-                self.server.final_status_served.set()
-            return self._send(200, status, nonce=nonce)
-        if url.path in ("/", "/index.html"):
-            trusted, nonce = self._viewer()
-            page = dashboard.render(self.server.status_fn(trusted))
-            return self._send(200, content_type="text/html; charset=utf-8", body=page, nonce=nonce)
-        if url.path == "/v1/spec":
-            nonce = self._verified(b"")
-            if nonce is None:
-                return self._send(401, {"error": "unsigned, wrongly signed or replayed request"})
-            try:
-                q = {k: v[0] for k, v in parse_qs(url.query, strict_parsing=False).items()}
-                answer = self.server.coordinator.wait_spec(
-                    _text(q, "task"), _int(q, "attempt", 0, 1 << 20), _text(q, "container", ""),
-                    _seconds(q, "timeout", 0.0, MAX_LONG_POLL_S, default=20.0))
-            except BadRequest as exc:
-                return self._send(400, {"error": f"bad request: {exc}"}, nonce=nonce)
-            return self._send(204, nonce=nonce) if answer is None else self._send(200, answer, nonce=nonce)
-        return self._send(404, {"error": "not found"})
-
-    def do_POST(self):
-        try:
-            body = self._read_body()
-        except BadRequest as exc:
-            self.close_connection = True  # what was not read must not be taken for the next request
-            return self._send(exc.status, {"error": str(exc)})
-        url = urlparse(self.path)
-        if not url.path.startswith("/v1/"):
-            return self._send(404, {"error": "not found"})
-        nonce = self._verified(body)
-        if nonce is None:
-            return self._send(401, {"error": "unsigned, wrongly signed or replayed request"})
-        try:
-            data = json.loads(body or b"{}")
-            if not isinstance(data, dict):
-                raise BadRequest("the body must be a JSON object")
-            answer = self._route(url.path, data)
-        except (BadRequest, ValueError) as exc:
-            return self._send(400, {"error": f"bad request: {exc}"}, nonce=nonce)
-        if answer is None:
-            return self._send(404, {"error": "not found"}, nonce=nonce)
-        return self._send(200, answer, nonce=nonce)
+    def _signed(self, status: int, payload, nonce, content_type: str = "application/json") -> Response:
+        if isinstance(payload, bytes):
+            body = payload
+        elif payload is None:
+            body = b""
+        elif hasattr(payload, "to_json_bytes"):
+            body = payload.to_json_bytes()
+        else:
+            body = json.dumps(payload).encode()
+        headers = ((RESPONSE_HEADER, self.verifier.sign_answer(nonce, status, body)),) if nonce is not None else ()
+        return Response(status, body, content_type, headers)
 
     def _route(self, path: str, body: dict) -> dict | None:
-        c = self.server.coordinator
+        c = self.coordinator
         task, attempt, container = _text(body, "task"), _int(body, "attempt", 0, 1 << 20), _text(body, "container", "")
         if path == "/v1/register":
             return c.register(task, attempt, container, _int(body, "port", 1, 65535),
@@ -231,6 +241,10 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
 
+def _json(status: int, payload: dict) -> Response:
+    return Response(status, json.dumps(payload).encode())
+
+
 # ---- request values: every number finite and in range, every text bounded ----------------------
 def _text(data: dict, key: str, default: str | None | type = BadRequest, limit: int = 200) -> str | None:
     value = data.get(key)
@@ -245,6 +259,10 @@ def _text(data: dict, key: str, default: str | None | type = BadRequest, limit: 
 
 def _number(data: dict, key: str, optional: bool, default=None):
     value = data.get(key)
+    if type(value) is float or type(value) is int:  # the usual case (every metric, every heartbeat)
+        if math.isfinite(value):
+            return value
+        raise BadRequest(f"{key} must be a finite number")
     if value is None:
         if optional or default is not None:
             return default

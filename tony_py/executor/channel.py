@@ -12,7 +12,7 @@ import logging
 import time
 import urllib.parse
 
-from tony_py.auth import AuthError, Signer, UnsignedAnswer, call_json
+from tony_py.auth import AuthError, KeepAlive, Signer, UnsignedAnswer, call_json
 
 log = logging.getLogger("tony.executor.channel")
 
@@ -35,6 +35,7 @@ class AmChannel:
         self.signer = signer
         self.give_up_after_s = give_up_after_s
         self.last_contact = time.monotonic()
+        self.connection = KeepAlive()  # heartbeats every second: one connection, not one each
 
     def call(self, method: str, target: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, dict | None]:
         """Retries failed connections, server errors and unsigned or garbled answers until the AM
@@ -42,7 +43,8 @@ class AmChannel:
         delay = 0.2
         while True:
             try:
-                status, answer = call_json(self.signer, self.base_url, method, target, body, timeout)
+                status, answer = call_json(self.signer, self.base_url, method, target, body, timeout,
+                                           keep_alive=self.connection)
                 self.last_contact = time.monotonic()
                 if status < 400:
                     return status, answer

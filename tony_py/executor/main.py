@@ -35,6 +35,7 @@ from tony_py.errors import EXECUTOR_AM_LOST, EXECUTOR_REFUSED
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.control import ControlServer
 from tony_py.executor.metrics import MetricsSampler
+from tony_py.frameworks.envplan import expand
 from tony_py.executor.process import UserProcess, describe_returncode, tail
 
 log = logging.getLogger("tony.executor")
@@ -267,7 +268,9 @@ class Executor:
         self.terminated = threading.Event()
 
     def _body(self, attempt: int, **extra) -> dict:
-        return {"task": self.s.task, "attempt": attempt, "container": self.s.container_id, **extra}
+        body = {"task": self.s.task, "attempt": attempt, "container": self.s.container_id}
+        body.update((k, v) for k, v in extra.items() if v is not None)  # absent, not null: smaller
+        return body
 
     def run(self) -> int:
         try:
@@ -320,7 +323,7 @@ class Executor:
                                                                  pid=os.getpid())))
             log.info("registered %s attempt %d on port %d", self.s.task, attempt, port)
             answer = self._wait_for_spec(attempt)
-            env = user_env(self.s, self.base_env, answer.get("env", {}), attempt, self.cwd)
+            env = user_env(self.s, self.base_env, expand(answer.get("env", {}), answer.get("shared")), attempt, self.cwd)
         finally:
             for s in socks:  # released just before the child binds them
                 s.close()
@@ -396,8 +399,11 @@ class Executor:
             beat = now >= next_beat
             if beat:
                 next_beat = now + self.s.heartbeat_s
+                # a sample travels once, with the next heartbeat (the AM keeps the latest): the
+                # heartbeats in between stay small for an AM serving thousands of them a second
                 _check(self.channel.post("/v1/heartbeat", self._body(
-                    attempt, metrics=metrics, progress_age_s=progress_age(self.progress_file))))
+                    attempt, metrics=metrics or None, progress_age_s=progress_age(self.progress_file))))
+                metrics = {}
             self._report_once(attempt, probe_tensorboard=beat)
 
     def _report_once(self, attempt: int, probe_tensorboard: bool) -> None:

@@ -1,8 +1,11 @@
-"""One small module per framework: the cluster view in, the task's environment out.
+"""One small module per framework: the cluster view in, each task's environment out.
 
 A cluster view is {job type: ["host:port", ...]} ordered by task index, covering every task
 that registered for the current attempt. Each framework module exposes
-`task_env(spec, cluster, task) -> dict[str, str]`; the AM calls it when it serves the spec.
+`plan(spec, cluster, callbacks) -> EnvPlan` (envplan.py): what depends on the whole cluster is
+computed once per view, and `plan.env(task)` is then cheap for each task (a 2,000-task gang is
+served in one pass, not 2,000 passes over the cluster). The AM builds the plan when it serves
+the spec.
 """
 
 from __future__ import annotations
@@ -11,24 +14,31 @@ from typing import Callable
 
 from tony_py.config.spec import JobSpec, TaskId
 from tony_py.frameworks import horovod, mxnet, pytorch, standalone, tensorflow
+from tony_py.frameworks.envplan import EnvPlan, expand
 
 ClusterView = dict[str, list[str]]
 Callbacks = dict[str, dict]  # task name -> what its process reported back (Horovod's driver port)
-EnvBuilder = Callable[[JobSpec, ClusterView, TaskId, Callbacks], dict[str, str]]
+PlanBuilder = Callable[[JobSpec, ClusterView, Callbacks], EnvPlan]
 
-_BUILDERS: dict[str, EnvBuilder] = {
-    "tensorflow": tensorflow.task_env,
-    "pytorch": pytorch.task_env,
-    "horovod": horovod.task_env,
-    "mxnet": mxnet.task_env,
-    "standalone": standalone.task_env,
+_PLANS: dict[str, PlanBuilder] = {
+    "tensorflow": tensorflow.plan,
+    "pytorch": pytorch.plan,
+    "horovod": horovod.plan,
+    "mxnet": mxnet.plan,
+    "standalone": standalone.plan,
 }
 
 
-def task_env(spec: JobSpec, cluster: ClusterView, task: TaskId, callbacks: Callbacks | None = None) -> dict[str, str]:
+def plan(spec: JobSpec, cluster: ClusterView, callbacks: Callbacks | None = None) -> EnvPlan:
     if spec.single_node:
-        return {}  # one process on the AM's node: nothing to rendezvous with (TonY set no cluster env)
-    return _BUILDERS[spec.framework](spec, cluster, task, callbacks or {})
+        return EnvPlan(lambda task: {})  # one process on the AM's node: nothing to rendezvous with
+    return _PLANS[spec.framework](spec, cluster, callbacks or {})
+
+
+def task_env(spec: JobSpec, cluster: ClusterView, task: TaskId, callbacks: Callbacks | None = None) -> dict[str, str]:
+    """One task's environment as the task sees it (shared values expanded)."""
+    p = plan(spec, cluster, callbacks)
+    return expand(p.env(task), p.shared)
 
 
 def ready(spec: JobSpec, task: TaskId, callbacks: Callbacks) -> bool:

@@ -9,7 +9,7 @@ is its position among the workers on its host (by task index), as in TonY.
 
 from __future__ import annotations
 
-import json
+from tony_py.frameworks.envplan import EnvPlan, compact, ref
 
 DRIVER = "driver"
 GLOO_TIMEOUT_S = "2000"  # TonY's HOROVOD_GLOO_TIMEOUT_SECONDS
@@ -46,35 +46,46 @@ def ready(spec, task, callbacks: dict) -> bool:
     return task.type == DRIVER or bool((callbacks or {}).get(f"{DRIVER}:0", {}).get("port"))
 
 
-def task_env(spec, cluster, task, callbacks=None) -> dict[str, str]:
+def plan(spec, cluster, callbacks=None) -> EnvPlan:
     workers = cluster.get("worker", [])
-    if task.type == DRIVER:
-        env = {"CLUSTER_WORKER_LIST": worker_list(workers), "CLUSTER_SPEC": worker_list(workers)}
-        if spec.horovod_test_mode:
-            env["TONY_HOROVOD_TEST_MODE"] = "fast-fail" if spec.horovod_fast_fail else "1"
-        return env
-    if task.type != "worker" or task.index >= len(workers):
-        return {}
+    slots = host_plan(workers)  # once per view: every worker's slot comes from it
+    by_slot = {(p["hostname"], p["local_rank"]): p for p in slots}
+    hosts = [a.rpartition(":")[0] for a in workers]
+    same_host: dict[str, list[int]] = {}
+    for i, host in enumerate(hosts):
+        same_host.setdefault(host, []).append(i)
     info = (callbacks or {}).get(f"{DRIVER}:0", {})
-    me = workers[task.index].rpartition(":")[0]
-    same_host = [i for i, a in enumerate(workers) if a.rpartition(":")[0] == me]
-    local_rank = same_host.index(task.index)
-    slot = next(p for p in host_plan(workers) if p["hostname"] == me and p["local_rank"] == local_rank)
     driver = cluster.get(DRIVER, [""])[0].rpartition(":")[0]
-    return {
-        "HOROVOD_CONTROLLER": "gloo",
-        "HOROVOD_CPU_OPERATIONS": "gloo",
-        "HOROVOD_GLOO_TIMEOUT_SECONDS": GLOO_TIMEOUT_S,
-        "HOROVOD_GLOO_RENDEZVOUS_ADDR": info.get("host") or driver,
-        "HOROVOD_GLOO_RENDEZVOUS_PORT": str(info.get("port", "")),
-        "HOROVOD_RANK": str(slot["rank"]),
-        "HOROVOD_SIZE": str(slot["size"]),
-        "HOROVOD_LOCAL_RANK": str(slot["local_rank"]),
-        "HOROVOD_LOCAL_SIZE": str(slot["local_size"]),
-        "HOROVOD_CROSS_RANK": str(slot["cross_rank"]),
-        "HOROVOD_CROSS_SIZE": str(slot["cross_size"]),
-        "HOROVOD_HOSTNAME": me,
-        "CLUSTER_SPEC": json.dumps({"slotInfos": host_plan(workers), "port": info.get("port"),
-                                    "amHost": info.get("host") or driver, "sameHostTaskIndexList": same_host},
-                                   separators=(",", ":")),
-    }
+    rendezvous = info.get("host") or driver
+    listed = worker_list(workers)
+
+    def env(task) -> dict[str, str]:
+        if task.type == DRIVER:
+            out = {"CLUSTER_WORKER_LIST": listed, "CLUSTER_SPEC": listed}
+            if spec.horovod_test_mode:
+                out["TONY_HOROVOD_TEST_MODE"] = "fast-fail" if spec.horovod_fast_fail else "1"
+            return out
+        if task.type != "worker" or task.index >= len(workers):
+            return {}
+        me = hosts[task.index]
+        local = same_host[me]
+        slot = by_slot[(me, local.index(task.index))]
+        return {
+            "HOROVOD_CONTROLLER": "gloo",
+            "HOROVOD_CPU_OPERATIONS": "gloo",
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": GLOO_TIMEOUT_S,
+            "HOROVOD_GLOO_RENDEZVOUS_ADDR": rendezvous,
+            "HOROVOD_GLOO_RENDEZVOUS_PORT": str(info.get("port", "")),
+            "HOROVOD_RANK": str(slot["rank"]),
+            "HOROVOD_SIZE": str(slot["size"]),
+            "HOROVOD_LOCAL_RANK": str(slot["local_rank"]),
+            "HOROVOD_LOCAL_SIZE": str(slot["local_size"]),
+            "HOROVOD_CROSS_RANK": str(slot["cross_rank"]),
+            "HOROVOD_CROSS_SIZE": str(slot["cross_size"]),
+            "HOROVOD_HOSTNAME": me,
+            # json.dumps({"slotInfos", "port", "amHost", "sameHostTaskIndexList"}) once expanded
+            "CLUSTER_SPEC": '{"slotInfos":' + ref("slots") + ',"port":' + compact(info.get("port"))
+                            + ',"amHost":' + compact(rendezvous) + ',"sameHostTaskIndexList":' + compact(local) + "}",
+        }
+
+    return EnvPlan(env, {"slots": slots})

@@ -8,6 +8,8 @@ with a chief does not get two rank-0 processes (TonY's per-type RANK collided th
 
 from __future__ import annotations
 
+from tony_py.frameworks.envplan import EnvPlan
+
 TRAINER_TYPES = ("chief", "master", "worker")
 
 
@@ -19,25 +21,28 @@ def trainers(cluster) -> list[tuple[str, int, str]]:
     return out
 
 
-def task_env(spec, cluster, task, callbacks=None) -> dict[str, str]:
+def plan(spec, cluster, callbacks=None) -> EnvPlan:
     ranked = trainers(cluster)
     if not ranked:
-        return {}
+        return EnvPlan(lambda task: {})
     master_addr, _, master_port = ranked[0][2].rpartition(":")
     world = str(len(ranked))
-    env = {
+    base = {
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": master_port,
         "WORLD_SIZE": world,
         "WORLD": world,
         "INIT_METHOD": f"tcp://{ranked[0][2]}",
     }
-    for rank, (name, index, _addr) in enumerate(ranked):
-        if (name, index) == (task.type, task.index):
-            env.update(
-                RANK=str(rank),
-                LOCAL_RANK="0",
-                LOCAL_WORLD_SIZE="1",
-                GROUP_RANK=str(rank),
-            )
-    return env
+    rank_of = {(name, index): rank for rank, (name, index, _addr) in enumerate(ranked)}
+
+    def env(task) -> dict[str, str]:
+        out = dict(base)
+        rank = rank_of.get((task.type, task.index))
+        if rank is not None:
+            # Each task is its own local group: it sees only its own GPUs (CUDA_VISIBLE_DEVICES),
+            # so cuda:LOCAL_RANK is its device, as torchrun's one-process-per-node case.
+            out.update(RANK=str(rank), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1", GROUP_RANK=str(rank))
+        return out
+
+    return EnvPlan(env)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from tony_py.frameworks.envplan import EnvPlan
 
-def task_env(spec, cluster, task, callbacks=None) -> dict[str, str]:
-    return {}
+
+def plan(spec, cluster, callbacks=None) -> EnvPlan:
+    return EnvPlan(lambda task: {})

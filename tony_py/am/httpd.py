@@ -1,0 +1,351 @@
+"""A small HTTP/1.1 server on one asyncio event loop: the transport under the AM's API.
+
+Why not the standard library's ThreadingHTTPServer (what the AM used first): a thread and a
+connection per request cost the AM 0.9 ms of CPU per heartbeat, 18 % of a core at 200
+executors (bench/scale.py), and every long-poll held a thread. Why not h11, the sans-I/O HTTP
+library: parsing alone took 54 µs and writing an answer 40 µs per request in pure Python,
+most of the whole budget (2,000 heartbeats a second in a quarter of a core is 125 µs each for
+everything). This module speaks only what the AM's clients send (the executors'
+http.client, the client's urllib and requests, browsers behind YARN's proxy):
+
+- a request line and at most MAX_HEADERS header fields in at most MAX_HEAD bytes;
+- a body by Content-Length only, at most max_body bytes (Transfer-Encoding is refused with
+  501, a POST without a length with 411, a bad or repeated length with 400);
+- keep-alive: HTTP/1.1 connections stay open between requests (`Connection: close` and
+  HTTP/1.0 close them), one request at a time per connection (what arrives meanwhile waits
+  in the buffer, at most one more request's worth);
+- deadlines: a started request must arrive whole within request_timeout_s, and an idle
+  connection is closed after idle_timeout_s (a first request counts as started);
+- a connection cap: beyond max_connections a new connection gets 503 and is closed.
+
+Anything else gets a 4xx/5xx answer and the connection is closed. Handlers run on the loop and
+answer at once or return an awaitable; blocking work goes through `in_thread`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from http import HTTPStatus
+from typing import Awaitable, Callable
+
+log = logging.getLogger("tony.am.httpd")
+
+MAX_HEAD = 16 * 1024
+MAX_HEADERS = 100
+LINGER_S = 1.0
+SWEEP_S = 0.25
+_METHODS = frozenset({"GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH"})
+
+
+@dataclass
+class Request:
+    method: str
+    target: str  # path and query exactly as sent (request signatures cover it)
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+    peer: str
+
+    @property
+    def path(self) -> str:
+        return self.target.split("?", 1)[0]
+
+    @property
+    def query(self) -> str:
+        return self.target.split("?", 1)[1] if "?" in self.target else ""
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+# A handler answers at once (a Response) or later (an awaitable of one: a long-poll, a page
+# built in a thread).
+Handler = Callable[[Request], "Response | Awaitable[Response]"]
+
+
+class HttpError(Exception):
+    """A request the server refuses before any handler sees it (the connection then closes)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
+    """(method, target, version, headers) of a request head (without its blank line)."""
+    try:
+        text = head.decode("latin-1")
+    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
+        raise HttpError(400, "undecodable request head") from None
+    lines = text.split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or parts[0] not in _METHODS or not parts[1].startswith("/") \
+            or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
+        raise HttpError(400, "malformed request line")
+    if len(lines) - 1 > MAX_HEADERS:
+        raise HttpError(431, f"more than {MAX_HEADERS} header fields")
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or " " in name or "\t" in name:
+            raise HttpError(400, "malformed header field")
+        name = name.lower()
+        value = value.strip()
+        if name in headers:
+            if name in ("content-length", "host", "transfer-encoding"):
+                raise HttpError(400, f"repeated {name} header")
+            headers[name] += ", " + value
+        else:
+            headers[name] = value
+    return parts[0], parts[1], parts[2], headers
+
+
+def body_length(method: str, headers: dict[str, str], max_body: int) -> int:
+    if "transfer-encoding" in headers:
+        raise HttpError(501, "Transfer-Encoding is not supported: send a Content-Length")
+    raw = headers.get("content-length")
+    if raw is None:
+        if method == "POST":
+            raise HttpError(411, "Content-Length is required")
+        return 0
+    if not raw.isdigit():
+        raise HttpError(400, f"bad Content-Length {raw[:40]!r}")
+    length = int(raw)
+    if length > max_body:
+        raise HttpError(413, f"the body is larger than {max_body} bytes")
+    return length
+
+
+_STATUS_LINES = {code.value: f"HTTP/1.1 {code.value} {code.phrase}\r\n" for code in HTTPStatus}
+
+
+def render(response: Response, keep_alive: bool) -> bytes:
+    head = (_STATUS_LINES.get(response.status) or f"HTTP/1.1 {response.status} Unknown\r\n") \
+        + f"Content-Type: {response.content_type}\r\nContent-Length: {len(response.body)}\r\nCache-Control: no-store\r\n"
+    for name, value in response.headers:
+        head += f"{name}: {value}\r\n"
+    if not keep_alive:
+        head += "Connection: close\r\n"
+    return (head + "\r\n").encode("latin-1") + response.body
+
+
+def error_response(status: int, message: str) -> Response:
+    import json
+
+    return Response(status, json.dumps({"error": message}).encode())
+
+
+class HttpServer:
+    def __init__(self, address: tuple[str, int], handler: Handler, max_connections: int = 256,
+                 request_timeout_s: float = 5.0, idle_timeout_s: float = 120.0, max_body: int = 1 << 20,
+                 threads: int = 4):
+        self.handler = handler
+        self.max_connections = max_connections
+        self.request_timeout_s = request_timeout_s
+        self.idle_timeout_s = idle_timeout_s
+        self.max_body = max_body
+        # the kernel's accept queue absorbs a whole gang connecting at once (no SYN retries)
+        self.sock = socket.create_server(address, backlog=max(128, min(max_connections, 4096)))
+        self.sock.setblocking(False)
+        self.loop = asyncio.new_event_loop()
+        self.connections: set[_Connection] = set()
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="am-http")
+        self._serving = threading.Event()
+        self._stopped = threading.Event()
+
+    @property
+    def port(self) -> int:
+        return self.sock.getsockname()[1]
+
+    def serve_forever(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        server = self.loop.run_until_complete(self.loop.create_server(lambda: _Connection(self), sock=self.sock))
+        self.loop.call_soon(self._sweep)
+        self._serving.set()
+        try:
+            self.loop.run_forever()
+        finally:
+            for conn in list(self.connections):
+                conn.abort()
+            server.close()
+            pending = asyncio.all_tasks(self.loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            self.loop.close()
+            self._pool.shutdown(wait=False)
+            self._stopped.set()
+
+    def _sweep(self) -> None:
+        """Every SWEEP_S: close what overran its deadline (a request that did not arrive in
+        time, an idle keep-alive connection, a lingering close)."""
+        now = self.loop.time()
+        for conn in [c for c in self.connections if c.deadline is not None and c.deadline <= now]:
+            conn.expire(now)
+        self.loop.call_later(SWEEP_S, self._sweep)
+
+    def shutdown(self) -> None:
+        """Stop serving (from another thread) and wait until the loop has ended."""
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        if self._serving.is_set():
+            self._stopped.wait(5)
+
+    def server_close(self) -> None:
+        self.sock.close()
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        """Run fn on the loop, from any thread."""
+        try:
+            self.loop.call_soon_threadsafe(fn)
+        except RuntimeError:
+            pass  # the loop is closed: the server is gone, nobody waits
+
+    async def in_thread(self, fn, *args):
+        return await self.loop.run_in_executor(self._pool, fn, *args)
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection. Deadlines are a timestamp each, checked by the server's sweep
+    (a timer per request would cost more than the rest of a heartbeat's handling)."""
+
+    def __init__(self, server: HttpServer):
+        self.server = server
+        self.loop = server.loop
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.peer = ""
+        self.busy = False
+        self.task: asyncio.Task | None = None
+        self.deadline: float | None = None
+        self.closing = False  # answered and half-closed: lingering until the deadline
+
+    # ---- asyncio callbacks -------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = peer[0] if peer else ""
+        over = len(self.server.connections) >= self.server.max_connections
+        self.server.connections.add(self)
+        if over:
+            transport.write(render(Response(503), keep_alive=False))
+            self._linger()
+            return
+        self.deadline = self.loop.time() + self.server.request_timeout_s
+
+    def data_received(self, data: bytes) -> None:
+        if self.closing:
+            return  # discarded: the answer is out, the connection is ending
+        if not self.buffer and not self.busy:  # a request has started: it must arrive whole in time
+            self.deadline = self.loop.time() + self.server.request_timeout_s
+        self.buffer += data
+        if not self.busy:
+            self._next()
+        elif len(self.buffer) > MAX_HEAD + self.server.max_body:
+            # more than one more request while one is answered: not a client of ours (no
+            # pausing the socket instead: two epoll changes per request cost more than this check)
+            self._refuse(400, "too much data sent ahead of the answer")
+
+    def connection_lost(self, exc) -> None:
+        self.server.connections.discard(self)
+        self.deadline = None
+        if self.task is not None and not self.task.done():
+            self.task.cancel()  # a long-poll for a client that is gone
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def expire(self, now: float) -> None:
+        """Called by the sweep once `deadline` passed."""
+        self.deadline = None
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self.closing or not self.buffer:
+            self.transport.close()  # lingered long enough, or idle: nothing to answer
+        elif not self.busy:
+            self._refuse(408, "the request did not arrive in time")
+
+    # ---- requests ------------------------------------------------------------------------------
+    def _next(self) -> None:
+        end = self.buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self.buffer) > MAX_HEAD:
+                self._refuse(431, f"the request head is larger than {MAX_HEAD} bytes")
+            return
+        try:
+            method, target, version, headers = parse_head(bytes(self.buffer[:end]))
+            length = body_length(method, headers, self.server.max_body)
+        except HttpError as exc:
+            self._refuse(exc.status, str(exc))
+            return
+        total = end + 4 + length
+        if len(self.buffer) < total:
+            return  # the rest of the body is on its way (the request deadline runs)
+        body = bytes(self.buffer[end + 4:total])
+        del self.buffer[:total]
+        keep_alive = version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
+        self.busy = True
+        self.deadline = None  # the handler takes the time it needs (a long-poll waits up to 30 s)
+        request = Request(method, target, headers, body, self.peer)
+        try:
+            answer = self.server.handler(request)
+        except Exception:  # noqa: BLE001 - a handler's bug is a 500, not a dead server
+            log.exception("error answering %s %s", request.method, request.path)
+            self._write(error_response(500, "internal error"), keep_alive=False)
+            return
+        if isinstance(answer, Response):
+            self._write(answer, keep_alive)  # most requests: answered at once, no task
+        else:
+            self.task = self.loop.create_task(self._await(answer, request, keep_alive))
+
+    async def _await(self, answer: Awaitable[Response], request: Request, keep_alive: bool) -> None:
+        try:
+            response = await answer
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001
+            log.exception("error answering %s %s", request.method, request.path)
+            response, keep_alive = error_response(500, "internal error"), False
+        self.task = None
+        self._write(response, keep_alive)
+
+    def _write(self, response: Response, keep_alive: bool) -> None:
+        if self.transport.is_closing():
+            return
+        self.transport.write(render(response, keep_alive))
+        if not keep_alive:
+            self._linger()
+            return
+        self.busy = False
+        if self.buffer:
+            self.deadline = self.loop.time() + self.server.request_timeout_s
+            self._next()
+        else:
+            self.deadline = self.loop.time() + self.server.idle_timeout_s
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answer a request the server cannot take, and close: what follows cannot be framed."""
+        self.transport.write(render(error_response(status, message), keep_alive=False))
+        self._linger()
+
+    def _linger(self) -> None:
+        """Close after the answer, without resetting the connection: closing a socket with
+        unread input makes the kernel send a reset, which can destroy the answer before the
+        client reads it. So: end our side, discard what still comes, close a moment later."""
+        self.closing = True
+        self.buffer.clear()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.deadline = self.loop.time() + LINGER_S
