@@ -19,7 +19,11 @@ payload like a real executor's. Measured per executor count:
                              tony.task.max-missed-heartbeats); detection_seen_by_client_s adds
                              the time until this process saw it
 
+With --compare-observability each size also runs without metrics and without the job history
+(alternating runs), and `observability_cost` gives the difference in AM CPU.
+
 Usage: bench/scale.py [--executors 200 1000 2000] [--steady-s 20] [--framework tensorflow]
+                      [--compare-observability]
 """
 
 from __future__ import annotations
@@ -111,7 +115,7 @@ class InstantPort:
         pass
 
 
-def am_child(executors: int, framework: str, secret: str, workdir: str) -> None:
+def am_child(executors: int, framework: str, secret: str, workdir: str, observe: bool = True) -> None:
     from tony_py.am.history import HistoryWriter
     from tony_py.am.launch import JobMeta
     from tony_py.am.runtime import AmRuntime
@@ -125,9 +129,10 @@ def am_child(executors: int, framework: str, secret: str, workdir: str) -> None:
     meta = JobMeta(app_id="application_1_0001", staging_dir=workdir, user="bench", resources={}, task_resources=[],
                    task_python=sys.executable)
     am = AmRuntime(spec, meta, secret, HOST, HOST)
-    history = HistoryWriter(LocalDirFs(Path(workdir)), "/history/intermediate", "/history/finished", meta.app_id, 1)
-    am.events.listeners.append(history)
-    history.start("<configuration/>")
+    if observe:
+        history = HistoryWriter(LocalDirFs(Path(workdir)), "/history/intermediate", "/history/finished", meta.app_id, 1)
+        am.events.listeners.append(history)
+        history.start("<configuration/>")
     coordinator = am.attach(InstantPort(am.queue.put))
     coordinator.start()
     stop = threading.Event()
@@ -211,7 +216,7 @@ class Executor:
         while not stop.is_set() and not self.silenced:
             try:
                 # metrics ride along once per tony.task.metrics-interval-ms, as the executor sends them
-                extra = {"metrics": METRICS} if self.beats % self.metrics_every == 0 else {}
+                extra = {"metrics": METRICS} if self.metrics_every and self.beats % self.metrics_every == 0 else {}
                 await self.conn.call(self.signer, "POST", "/v1/heartbeat", self._body(**extra), timeout=10)
                 self.last_beat = time.monotonic()
                 self.beats += 1
@@ -223,12 +228,13 @@ class Executor:
                 pass
 
 
-async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat_s: float, window_s: float) -> dict:
+async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat_s: float, window_s: float,
+                observe: bool = True) -> dict:
     import psutil
 
     port = int(info["url"].rsplit(":", 1)[1])
     defaults = JobSpec.__dataclass_fields__
-    metrics_every = max(1, round(defaults["metrics_interval_ms"].default / 1000 / heartbeat_s))
+    metrics_every = max(1, round(defaults["metrics_interval_ms"].default / 1000 / heartbeat_s)) if observe else 0
     executors = [Executor(n, c, secret, port, heartbeat_s, metrics_every) for n, c in info["assignments"].items()]
     stop = asyncio.Event()
     runs = [asyncio.create_task(e.run(stop)) for e in executors]
@@ -296,20 +302,21 @@ async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat
     }
 
 
-def measure(executors: int, steady_s: float, framework: str, heartbeat_s: float | None = None) -> dict:
+def measure(executors: int, steady_s: float, framework: str, heartbeat_s: float | None = None,
+            observe: bool = True) -> dict:
     secret = secrets.token_hex(32)
     defaults = JobSpec.__dataclass_fields__
     window_s = defaults["heartbeat_interval_ms"].default / 1000 * defaults["max_missed_heartbeats"].default
     heartbeat_s = heartbeat_s or defaults["heartbeat_interval_ms"].default / 1000
     with tempfile.TemporaryDirectory() as workdir:
         am = subprocess.Popen([sys.executable, __file__, "--am-child", str(executors), "--framework", framework,
-                               "--workdir", workdir], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                               "--workdir", workdir, *([] if observe else ["--no-observability"])], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                               env=dict(os.environ, TONY_BENCH_SECRET=secret))
         try:
             line = am.stdout.readline()
             if not line:
                 raise RuntimeError("the simulated AM did not start")
-            result = asyncio.run(drive(json.loads(line), secret, am.pid, steady_s, heartbeat_s, window_s))
+            result = asyncio.run(drive(json.loads(line), secret, am.pid, steady_s, heartbeat_s, window_s, observe))
         finally:
             am.stdin.close()
             am.kill()
@@ -317,6 +324,7 @@ def measure(executors: int, steady_s: float, framework: str, heartbeat_s: float 
         events = list(Path(workdir).rglob("events*.jsonl*"))
         result["history_events"] = sum(1 for p in events for _ in p.open()) if events else 0
     result["framework"] = framework
+    result["observability"] = observe
     return result
 
 
@@ -327,17 +335,35 @@ def main() -> int:
     parser.add_argument("--framework", default="tensorflow", choices=["tensorflow", "pytorch"])
     parser.add_argument("--heartbeat-s", type=float, help="heartbeat interval of the simulated executors "
                         "(default: tony.task.heartbeat-interval-ms's default); detection is measured against the default")
+    parser.add_argument("--compare-observability", action="store_true",
+                        help="also run each size without metrics and job history, alternating, to show what they cost")
+    parser.add_argument("--no-observability", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--am-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     opts = parser.parse_args()
     if opts.am_child:
-        am_child(opts.am_child, opts.framework, os.environ["TONY_BENCH_SECRET"], opts.workdir)
+        am_child(opts.am_child, opts.framework, os.environ["TONY_BENCH_SECRET"], opts.workdir,
+                 not opts.no_observability)
         return 0
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # thousands of sockets at once
-    results = [measure(n, opts.steady_s, opts.framework, opts.heartbeat_s) for n in opts.executors]
-    print(json.dumps({"benchmark": "scale", "cpu_count": os.cpu_count(), "results": results}, indent=2))
+    results, compared = [], []
+    for n in opts.executors:
+        results.append(measure(n, opts.steady_s, opts.framework, opts.heartbeat_s))
+        if opts.compare_observability:  # alternate: with, without, with, without (the machine is noisy)
+            bare = measure(n, opts.steady_s, opts.framework, opts.heartbeat_s, observe=False)
+            again = measure(n, opts.steady_s, opts.framework, opts.heartbeat_s)
+            bare2 = measure(n, opts.steady_s, opts.framework, opts.heartbeat_s, observe=False)
+            with_obs = statistics.median([results[-1]["am_cpu_cores"], again["am_cpu_cores"]])
+            without = statistics.median([bare["am_cpu_cores"], bare2["am_cpu_cores"]])
+            compared.append({"executors": n, "am_cpu_cores_with": round(with_obs, 4),
+                             "am_cpu_cores_without": round(without, 4),
+                             "observability_cpu_cores": round(with_obs - without, 4)})
+    out = {"benchmark": "scale", "cpu_count": os.cpu_count(), "results": results}
+    if compared:
+        out["observability_cost"] = compared
+    print(json.dumps(out, indent=2))
     return 0
 
 
