@@ -265,7 +265,8 @@ def test_executors_that_lose_their_am_stop_their_tasks(cluster, probe_args, tmp_
     job = Background(cluster, probe_args("tony.worker.instances=1", "tony.worker.memory=512m",
                                          "tony.task.executor.am-lost-timeout-sec=3", params="--forever worker:0"))
     wait_for(lambda: tasks_running(cluster, job), 120, "the task to run")
-    user = probe_records(tmp_path)["worker:0"]["pid"]
+    # RUNNING means the executor started the process; the probe writes its record a moment later
+    user = wait_for(lambda: probe_records(tmp_path).get("worker:0"), 60, "the probe's record")["pid"]
     python_am = [c for c in am_processes(job.app_id)[0].children() if "tony_py.am" in " ".join(c.cmdline())][0]
     python_am.suspend()  # the AM's Python side stops answering; its JVM keeps the RM lease
     try:
