@@ -26,12 +26,13 @@ from typing import Iterable, Mapping
 from tony_py.bridge.gateway import ClientGateway
 from tony_py.client.flags import SubmitArgs
 from tony_py.client.job import Job, JobStatus, TaskStatus
-from tony_py.client.prepare import local_paths
+from tony_py.client.local import LocalJob, start_local
+from tony_py.client.prepare import local_paths, prepare
 from tony_py.client.submission import Submission, open_gateway
 from tony_py.client.staging import STAGING_ROOT
 from tony_py.errors import ConfigError, SetupError, TonyError, UsageError
 
-__all__ = ["submit", "attach", "Job", "JobStatus", "TaskStatus", "TonyError", "UsageError", "ConfigError",
+__all__ = ["submit", "attach", "Job", "LocalJob", "JobStatus", "TaskStatus", "TonyError", "UsageError", "ConfigError",
            "SetupError"]
 
 
@@ -51,13 +52,21 @@ def submit(executes: str | None = None, *, src_dir: str | None = None, task_para
            shell_env: Mapping[str, str] | Iterable[str] | None = None,
            container_env: Mapping[str, str] | Iterable[str] | None = None, conf_file: str | None = None,
            conf: Mapping[str, str] | Iterable[str] | None = None, hdfs_classpath: str | None = None,
-           sidecar_tensorboard_log_dir: str | None = None) -> Job:
-    """Submit a job with TonY's flags (as keyword arguments) and return once YARN has it."""
+           sidecar_tensorboard_log_dir: str | None = None, local: bool = False) -> Job | LocalJob:
+    """Submit a job with TonY's flags (as keyword arguments) and return once YARN has it.
+    local=True runs it on this machine instead (no YARN, HDFS or JVM: tony_py/client/local.py);
+    the handle has the same status(), wait(), kill() and close()."""
     args = SubmitArgs(executes=executes, task_params=task_params, python_venv=python_venv,
                       python_binary_path=python_binary_path, src_dir=src_dir,
                       shell_env=_pairs(shell_env, "shell_env"), container_env=_pairs(container_env, "container_env"),
                       conf_file=conf_file, conf=_pairs(conf, "conf"), hdfs_classpath=hdfs_classpath,
-                      sidecar_tensorboard_log_dir=sidecar_tensorboard_log_dir, detach=True, quiet=True)
+                      sidecar_tensorboard_log_dir=sidecar_tensorboard_log_dir, detach=not local, quiet=True,
+                      local=local)
+    if local:
+        prepared = prepare(local_paths(args))
+        job = start_local(prepared)
+        job.warnings = list(prepared.warnings)
+        return job
     with tempfile.TemporaryDirectory(prefix="tony-conf-") as tmp:
         gw, prepared = open_gateway(local_paths(args), Path(tmp))
     try:

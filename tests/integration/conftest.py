@@ -64,6 +64,7 @@ def cluster(request) -> Cluster:
         yield Cluster("docker", conf_dir, rm_web, nn_web, lib_dir=lib)
         return
     workdir = ROOT / ".test-cluster"
+    os.environ["TONY_CLUSTER_GPUS"] = "standin"  # two known devices, GPU machine or not
     launcher = LocalCluster(workdir)
     launcher.down(purge=True)  # whatever an aborted earlier session left
     state, _ = launcher.up(timeout=240)

@@ -37,6 +37,7 @@ from tony_py import frameworks
 from tony_py.am import events as ev
 from tony_py.am import policy, report
 from tony_py.am.events import EventLog
+from tony_py.am.gpus import GpuBook
 from tony_py.am.failover import SNAPSHOT_VERSION, AmSnapshot, TaskRecord, Verdict, plan_adoption
 from tony_py.am.policy import Action, Decision
 from tony_py.am.requests import RequestBook
@@ -120,6 +121,7 @@ class Coordinator:
         self.stage = 0  # the stage being run (tony.application.prepare-stage / training-stage)
         self.callbacks: dict[str, dict] = {}  # what task processes reported back (Horovod's driver port)
         self.tensorboard_url: str | None = None
+        self.gpus = GpuBook()
         # called (under the lock) when something changed that a waiting spec long-poll may be
         # answered by: the HTTP server wakes its waiters on its own loop
         self.watchers: list[Callable[[], None]] = []
@@ -192,6 +194,15 @@ class Coordinator:
                 self.port.release(container.id)  # surplus, or the job is already ending
                 return
             task.container = task.last_container = container
+            gpus = self.spec.type(type_name).resources.gpus
+            if gpus and self.spec.gpu_assignment == "auto":
+                try:
+                    task.gpus = self.gpus.assign(container.node_id, container.id, gpus)
+                except RuntimeError as exc:  # local mode: the machine's devices are all taken
+                    task.container = None
+                    self.port.release(container.id)
+                    self.fail_job(f"{task.name}: no free GPU: {exc}")
+                    return
             task.state = TaskState.ALLOCATED
             task.launched_at = self.clock()
             self.dirty = True
@@ -232,6 +243,9 @@ class Coordinator:
             container = task.container
             task.container = None
             task.container_started = False
+            # the devices are free once the container is gone; the task keeps their names (what
+            # this attempt used, for its status and history) until it is reset
+            self.gpus.release(container_id)
             if task.state.finished:
                 pass  # the executor reported the result before its container ended
             elif task.kept and self.decision is None:
@@ -267,6 +281,12 @@ class Coordinator:
             spec = self.spec.type(name).placement_spec if name != "?" else None
             self.fail_job(f"YARN rejected the containers of {name} ({reason}): no node satisfies "
                           f"tony.{name}.placement-spec={spec}")
+
+    def kill(self, message: str) -> None:
+        """Stop the job on its owner's request (local mode's Ctrl-C: YARN's kill, without YARN)."""
+        with self.lock:
+            if self.decision is None:
+                self._finish(Decision(Action.FAIL, message), status="KILLED")
 
     def fail_job(self, message: str) -> None:
         """A verdict from outside the task table (the RM refused what the job needs)."""
@@ -314,12 +334,15 @@ class Coordinator:
                                                f"already restarted to attempt {attempt}"))
 
     def register(self, name: str, attempt: int, container_id: str, port: int, tb_port: int | None,
-                 control_port: int | None = None) -> dict:
+                 control_port: int | None = None, gpus: list[str] | None = None) -> dict:
         with self.lock:
             task, stale = self._lookup(name, attempt, container_id)
             if stale:
                 return stale
             task.kept = False
+            if gpus:  # the NodeManager assigned these devices itself: they are the truth
+                self.gpus.record(task.container.node_id, task.container.id, gpus)
+                task.gpus = list(gpus)
             task.address = f"{task.container.host}:{port}"
             task.tb_port = tb_port
             task.control_url = f"http://{task.container.host}:{control_port}" if control_port else None
@@ -713,7 +736,7 @@ class Coordinator:
                 tasks={name: TaskRecord(
                     state=t.state, attempt=t.attempt, container=t.container, last_container=t.last_container,
                     address=t.address, tb_port=t.tb_port, control_url=t.control_url, exit_code=t.exit_code,
-                    signal=t.signal, failure=t.failure, released=t.released, tracked=t.tracked)
+                    signal=t.signal, failure=t.failure, released=t.released, tracked=t.tracked, gpus=list(t.gpus))
                     for name, t in self.tasks.items()},
                 failures=list(self.failures),
                 node_failures=dict(self.node_failures),
@@ -751,6 +774,9 @@ class Coordinator:
                 task.last_container = record.last_container
                 if name in plan.readopt:
                     task.container, task.container_started = record.container, True
+                    task.gpus = list(record.gpus)
+                    if record.gpus:
+                        self.gpus.record(record.container.node_id, record.container.id, record.gpus)
                     task.control_url, task.state = record.control_url, record.state
                     task.launched_at = now
                     task.last_heartbeat = now + ADOPTION_GRACE_S  # while it learns the new address

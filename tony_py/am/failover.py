@@ -32,6 +32,7 @@ class TaskRecord(Checked):
     failure: Failure | None
     released: bool
     tracked: bool
+    gpus: list[str]
 
 
 @dataclass

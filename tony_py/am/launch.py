@@ -14,6 +14,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from tony_py.am.gpus import visible_devices_env
 from tony_py.am.tasks import Task
 from tony_py.config.spec import TENSORBOARD_TYPE, JobSpec
 
@@ -107,6 +108,7 @@ class TaskLauncher:
             classpath = [f"{PWD}/{JAR_LINK}", *(self.meta.extra.get("hadoop_classpath") or [])]
             env["TONY_HADOOP_CLASSPATH"] = "<CPS>".join(classpath)
         env.update(docker_env(spec, spec.type(task.id.type).docker_image))
+        env.update(visible_devices_env(task.gpus, docker=bool(docker_env(spec, spec.type(task.id.type).docker_image))))
         return env
 
     def command(self) -> str:

@@ -68,6 +68,7 @@ def task_row(t: Task, log_url: Callable[[Task], str | None]) -> dict:
         "signal": t.signal,
         "log_url": log_url(t),
         "metrics": t.metrics,
+        "gpus": list(t.gpus),
         "started_at": t.started_at,
         "finished_at": t.finished_at,
     }

@@ -211,7 +211,7 @@ class AmHttpServer:
         if path == "/v1/register":
             return c.register(task, attempt, container, _int(body, "port", 1, 65535),
                               _int(body, "tb_port", 1, 65535, optional=True),
-                              _int(body, "control_port", 1, 65535, optional=True))
+                              _int(body, "control_port", 1, 65535, optional=True), _devices(body))
         if path == "/v1/started":
             return c.task_started(task, attempt, container, _int(body, "pid", 0, 1 << 31, optional=True) or 0)
         if path == "/v1/heartbeat":
@@ -292,6 +292,16 @@ def _seconds(data: dict, key: str, low: float, high: float, optional: bool = Fal
     """A duration: clamped to its documented range."""
     value = _number(data, key, optional, default)
     return None if value is None else min(max(float(value), low), high)
+
+
+def _devices(body: dict) -> list[str] | None:
+    devices = body.get("gpus")
+    if devices is None:
+        return None
+    if not isinstance(devices, list) or len(devices) > 64 or not all(
+            isinstance(d, str) and 0 < len(d) <= 64 and d.replace("-", "").isalnum() for d in devices):
+        raise BadRequest("gpus must be a list of device indices or UUIDs")
+    return devices
 
 
 def _metrics(body: dict) -> dict | None:

@@ -117,6 +117,7 @@ class Task:
     last_heartbeat: float | None = None
     last_progress: float | None = None
     metrics: dict = field(default_factory=dict)
+    gpus: list[str] = field(default_factory=list)  # the devices its container holds (am/gpus.py)
 
     @property
     def name(self) -> str:
@@ -141,6 +142,7 @@ class Task:
             self.state = TaskState.LAUNCHED
         else:
             self.container = None
+            self.gpus = []
             self.container_started = False
             self.control_url = None
             self.launched_at = None

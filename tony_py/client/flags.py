@@ -42,6 +42,7 @@ class SubmitArgs:
     sidecar_tensorboard_log_dir: str | None = None
     detach: bool = False
     quiet: bool = False
+    local: bool = False
 
 
 class Parser(argparse.ArgumentParser):
@@ -64,6 +65,9 @@ def build_parser(prog: str = "tony submit") -> argparse.ArgumentParser:
     parser.add_argument("--detach", "-detach", action="store_true",
                         help="return once the job is submitted instead of following it")
     parser.add_argument("--quiet", "-quiet", action="store_true", help="print only the final result")
+    parser.add_argument("--local", "-local", action="store_true",
+                        help="run the whole job on this machine, without YARN, HDFS or a JVM (tasks as local "
+                             "processes; the same config, env, restarts and exit codes)")
     return parser
 
 

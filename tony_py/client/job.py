@@ -31,12 +31,13 @@ class TaskStatus:
     signal: str | None = None
     log_url: str | None = None
     metrics: dict = field(default_factory=dict)
+    gpus: tuple[str, ...] = ()
 
     @classmethod
     def from_row(cls, row: dict) -> "TaskStatus":
         return cls(name=row.get("name", "?"), state=row.get("state", "?"), attempt=row.get("attempt") or 0,
                    host=row.get("host"), exit_code=row.get("exit_code"), signal=row.get("signal"),
-                   log_url=row.get("log_url"), metrics=row.get("metrics") or {})
+                   log_url=row.get("log_url"), metrics=row.get("metrics") or {}, gpus=tuple(row.get("gpus") or ()))
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,16 @@ class JobStatus:
     @property
     def done(self) -> bool:
         return self.yarn_state in FINAL_STATES
+
+    @classmethod
+    def of(cls, app_id: str, report: dict, am_status: dict | None) -> "JobStatus":
+        r, s = report, am_status or {}
+        return cls(
+            app_id=app_id, yarn_state=r.get("state", "?"), final_status=r.get("final_status", "UNDEFINED"),
+            job_state=s.get("state"), am_attempt=r.get("attempt") or 0, restarts_used=s.get("restarts_used") or 0,
+            tasks=tuple(TaskStatus.from_row(t) for t in s.get("tasks", [])),
+            diagnostics=(r.get("diagnostics") or "").strip() or (s.get("diagnostics") or ""),
+            tracking_url=r.get("tracking_url"), tensorboard_url=s.get("tensorboard_url"))
 
 
 class Job:
@@ -97,13 +108,7 @@ class Job:
 
     def status(self) -> JobStatus:
         self.refresh()
-        r, s = self.report, self.am_status or {}
-        return JobStatus(
-            app_id=self.app_id, yarn_state=r.get("state", "?"), final_status=r.get("final_status", "UNDEFINED"),
-            job_state=s.get("state"), am_attempt=r.get("attempt") or 0, restarts_used=s.get("restarts_used") or 0,
-            tasks=tuple(TaskStatus.from_row(t) for t in s.get("tasks", [])),
-            diagnostics=(r.get("diagnostics") or "").strip() or (s.get("diagnostics") or ""),
-            tracking_url=r.get("tracking_url"), tensorboard_url=s.get("tensorboard_url"))
+        return JobStatus.of(self.app_id, self.report, self.am_status)
 
     @property
     def tracking_url(self) -> str | None:

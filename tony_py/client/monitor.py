@@ -195,7 +195,8 @@ class Monitor:
     def _final(self) -> int:
         r = self.job.report
         final = r.get("final_status")
-        print(f"{self.job.app_id} finished: {final} (YARN state {r.get('state')})", file=self.out, flush=True)
+        where = "" if r.get("local") else f" (YARN state {r.get('state')})"
+        print(f"{self.job.app_id} finished: {final}{where}", file=self.out, flush=True)
         diagnostics = (r.get("diagnostics") or "").strip()
         status = self.job.am_status or {}
         if final != "SUCCEEDED" and diagnostics:

@@ -210,7 +210,7 @@ def _check_resources(conf: TonyConf, spec: JobSpec) -> set[str]:
         for entry in (conf.get(key) or "").split(","):
             if not entry.strip():
                 continue
-            parsed = _parse_resource_entry(entry.strip())
+            parsed = parse_resource_entry(entry.strip())
             path, name, _ = parsed
             if "://" not in path and not Path(checks.local_path(key, path)).exists():
                 raise UsageError(f"{key}: {path} does not exist")
@@ -230,7 +230,7 @@ def _check_resources(conf: TonyConf, spec: JobSpec) -> set[str]:
     return every
 
 
-def _parse_resource_entry(entry: str) -> tuple[str, str | None, bool]:
+def parse_resource_entry(entry: str) -> tuple[str, str | None, bool]:
     """TonY's `PATH[::NAME][#archive]`."""
     archive = entry.endswith("#archive")
     if archive:

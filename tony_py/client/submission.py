@@ -22,7 +22,7 @@ from tony_py.bridge.interrupts import guard
 from tony_py.client.job import Job
 from tony_py.bridge.gateway import ClientGateway
 from tony_py.client.flags import SubmitArgs
-from tony_py.client.prepare import (SRC_LINK, VENV_LINK, PreparedJob, _parse_resource_entry, fetch_conf_file,
+from tony_py.client.prepare import (SRC_LINK, VENV_LINK, PreparedJob, parse_resource_entry, fetch_conf_file,
                                     hadoop_overrides, is_remote, prepare)
 from tony_py.client.staging import Resource, Stager, build_runtime_zip, sha256_file, zip_src_dir
 from tony_py.config import checks
@@ -203,8 +203,8 @@ class Submission:
         out, seen = [], set()
         for entry in (self.job.conf.get(key) or "").split(","):
             entry = entry.strip()
-            if entry and _parse_resource_entry(entry) not in seen:
-                seen.add(_parse_resource_entry(entry))
+            if entry and parse_resource_entry(entry) not in seen:
+                seen.add(parse_resource_entry(entry))
                 out += self._user_resource(entry, tmp, key)
         return out
 
@@ -212,7 +212,7 @@ class Submission:
         """TonY's resource entries: remote paths are localized as they are (a remote directory
         contributes its files), local files are uploaded, local directories are zipped and
         localized as archives."""
-        path, name, archive = _parse_resource_entry(entry)
+        path, name, archive = parse_resource_entry(entry)
         if "://" in path:
             desc = self.gw.json(f"stat {path}", self.gw.fs.describe, path)
             if desc is not None and desc.get("directory") and not archive:

@@ -20,9 +20,9 @@ from tony_py.bridge.interrupts import guard
 from tony_py.client.crash import report_unexpected
 from tony_py.client.flags import parse_args
 from tony_py.client.monitor import Monitor
-from tony_py.client.prepare import PreparedJob, local_paths
+from tony_py.client.prepare import PreparedJob, local_paths, prepare
 from tony_py.client.submission import Submission, open_gateway
-from tony_py.errors import TonyError
+from tony_py.errors import TonyError, UsageError
 from tony_py.history.store import HistoryStore
 
 _PR_SET_PDEATHSIG = 1
@@ -90,6 +90,30 @@ def run(gw, prepared: PreparedJob, prog: str, out=sys.stdout) -> int:
         raise
 
 
+def run_local(prepared: PreparedJob, prog: str, out=sys.stdout) -> int:
+    """--local: the job on this machine (tony_py/client/local.py), followed as on a cluster."""
+    from tony_py.client.local import start_local
+
+    if prepared.args.detach:
+        raise UsageError("--detach: a local job runs inside this process; it cannot outlive it")
+    job = start_local(prepared)
+    spec = prepared.spec
+    if not prepared.args.quiet:
+        print(f"started {job.app_id} on this machine: {spec.framework}, "
+              + ", ".join(f"{t.instances} x {t.name}" for t in spec.types) + f"; logs in {job.logs}", file=out,
+              flush=True)
+    try:
+        return Monitor(job, quiet=prepared.args.quiet, out=out).follow()
+    except KeyboardInterrupt as exc:
+        if not prepared.args.quiet:
+            print(f"\ninterrupted ({exc or 'Ctrl-C'}): stopping {job.app_id}", file=out, flush=True)
+        with guard.cleanup():
+            job.kill("killed by the TonY-py client (Ctrl-C)")
+        raise
+    finally:
+        job.close()
+
+
 def main(argv: list[str] | None = None, prog: str = "tony submit") -> int:
     # Ctrl-C, a closed terminal or a `kill` end the client the same way: the application is
     # killed. Never in the middle of a JVM bridge call (tony_py/bridge/interrupts.py).
@@ -97,6 +121,11 @@ def main(argv: list[str] | None = None, prog: str = "tony submit") -> int:
     die_with_parent()
     try:
         args = local_paths(parse_args(sys.argv[1:] if argv is None else argv, prog=prog))
+        if args.local:  # no cluster: no JVM either
+            prepared = prepare(args)
+            for warning in prepared.warnings:
+                print(f"{prog}: warning: {warning}", file=sys.stderr)
+            return run_local(prepared, prog)
         with tempfile.TemporaryDirectory(prefix="tony-conf-") as tmp:
             gw, prepared = open_gateway(args, Path(tmp))
         with gw:

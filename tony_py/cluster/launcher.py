@@ -34,7 +34,8 @@ HOST = "127.0.0.1"
 STATE_FILE = "cluster.json"
 
 # Two NodeManagers; the first advertises 2 (static, plugin-less) GPUs, the second none.
-NODEMANAGERS = ({"gpus": 2}, {"gpus": 0})
+NODEMANAGERS = ({"gpus": 2}, {"gpus": 0})  # the first runs YARN's GPU plugin (real or stand-in nvidia-smi)
+GPU_MODE_ENV = "TONY_CLUSTER_GPUS"  # "auto" (default): the real nvidia-smi if it works, else the stand-in; "standin"
 NM_MEMORY_MB = 12288
 NM_VCORES = 16
 
@@ -123,6 +124,25 @@ def _free_ports(count: int) -> list[int]:
         for s in socks:
             s.close()
     return ports
+
+
+def _gpu_properties(nm: dict) -> str:
+    """A GPU NodeManager runs YARN's GPU plugin (discovery through nvidia-smi); the others count
+    none. Under the DefaultContainerExecutor the plugin discovers and counts, it does not
+    isolate: which device is whose is the AM's to decide (docs/architecture.md, GPUs)."""
+    if not nm.get("gpu_discovery"):
+        return "  <property><name>yarn.nodemanager.resource-type.yarn.io/gpu</name><value>0</value></property>"
+    props = {
+        "yarn.nodemanager.resource-plugins": "yarn.io/gpu",
+        "yarn.nodemanager.resource-plugins.gpu.allowed-gpu-devices": "auto",
+        "yarn.nodemanager.resource-plugins.gpu.path-to-discovery-executables": nm["gpu_discovery"],
+    }
+    return "\n".join(f"  <property><name>{k}</name><value>{v}</value></property>" for k, v in props.items())
+
+
+def _standin_dir(nm: dict) -> str | None:
+    """The stand-in nvidia-smi's directory, for the NodeManager that discovers with it."""
+    return str(Path(nm["gpu_discovery"]).parent) if nm.get("gpu_standin") else None
 
 
 def _render(template: Path, values: dict) -> str:
@@ -235,9 +255,11 @@ class LocalCluster:
         ports = dict(zip(_PORT_NAMES, free))
         nms = []
         nm_ports = free[len(_PORT_NAMES):]
+        discovery, standin = self._gpu_discovery()
         for i, nm in enumerate(NODEMANAGERS, start=1):
             chunk = nm_ports[(i - 1) * len(_NM_PORT_NAMES) : i * len(_NM_PORT_NAMES)]
-            nms.append({"index": i, "gpus": nm["gpus"], **dict(zip(_NM_PORT_NAMES, chunk))})
+            nms.append({"index": i, "gpus": nm["gpus"], "gpu_discovery": discovery if nm["gpus"] else None,
+                        "gpu_standin": standin and bool(nm["gpus"]), **dict(zip(_NM_PORT_NAMES, chunk))})
         values = {
             "host": HOST,
             "user": getpass.getuser(),
@@ -253,6 +275,7 @@ class LocalCluster:
         self._write_conf_dir(conf, templates, values)
         for nm in nms:
             nm_values = dict(values, **{f"nm_{k}" if not k.startswith("nm_") else k: v for k, v in nm.items()})
+            nm_values["nm_gpu_properties"] = _gpu_properties(nm)
             nm_values["nodemanager_properties"] = _render(templates / "nodemanager.xml", nm_values)
             self._write_conf_dir(self.workdir / f"conf-nm{nm['index']}", templates, nm_values)
         return ClusterState(
@@ -263,6 +286,24 @@ class LocalCluster:
             ports=ports,
             nodemanagers=nms,
         )
+
+    def _gpu_discovery(self) -> tuple[str, bool]:
+        """The nvidia-smi YARN's GPU plugin runs on the GPU NodeManager: this machine's own when
+        it works, else a stand-in that reports two devices (copied into the workdir: the
+        NodeManager also puts its directory first on its containers' PATH, for metrics)."""
+        if os.environ.get(GPU_MODE_ENV, "auto") != "standin":
+            real = shutil.which("nvidia-smi")
+            if real:
+                try:
+                    subprocess.run([real, "-L"], capture_output=True, timeout=20, check=True)
+                    return real, False
+                except (OSError, subprocess.SubprocessError):
+                    pass
+        target = self.workdir / "gpu" / "nvidia-smi"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(paths.CLUSTER_DEFINITION_DIR / "gpu" / "nvidia-smi", target)
+        target.chmod(0o755)
+        return str(target), True
 
     @staticmethod
     def _write_conf_dir(target: Path, templates: Path, values: dict) -> None:
@@ -290,8 +331,10 @@ class LocalCluster:
             _MAIN_CLASS[daemon],
         ]
 
-    def _daemon_env(self, state: ClusterState, conf_dir: str) -> dict[str, str]:
+    def _daemon_env(self, state: ClusterState, conf_dir: str, path_first: str | None = None) -> dict[str, str]:
         env = dict(os.environ)
+        if path_first:  # containers inherit the NodeManager's PATH (yarn.nodemanager.env-whitelist)
+            env["PATH"] = f"{path_first}:{env.get('PATH', '')}"
         env["JAVA_HOME"] = str(jvm.java_home())
         env["HADOOP_CONF_DIR"] = conf_dir
         # Containers (started by the NodeManagers) see these through the env whitelist.
@@ -311,7 +354,7 @@ class LocalCluster:
         if rc != 0:
             raise SetupError(f"formatting the NameNode failed (exit {rc}); see {log}")
 
-    def _spawn(self, state: ClusterState, name: str, daemon: str, conf_dir: str) -> None:
+    def _spawn(self, state: ClusterState, name: str, daemon: str, conf_dir: str, path_first: str | None = None) -> None:
         log = Path(state.workdir) / "logs" / f"{name}.log"
         cmd = self._java_cmd(state, daemon, conf_dir, f"{name}.log")
         with open(log, "ab") as out:
@@ -320,7 +363,7 @@ class LocalCluster:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self._daemon_env(state, conf_dir),
+                env=self._daemon_env(state, conf_dir, path_first),
                 cwd=state.workdir,
                 start_new_session=True,  # outlives `tony cluster up`; immune to its Ctrl-C
             )
@@ -338,7 +381,8 @@ class LocalCluster:
         self._spawn(state, "resourcemanager", "resourcemanager", state.conf_dir)
         for nm in state.nodemanagers:
             idx = nm["index"]
-            self._spawn(state, f"nodemanager{idx}", "nodemanager", str(Path(state.workdir) / f"conf-nm{idx}"))
+            self._spawn(state, f"nodemanager{idx}", "nodemanager", str(Path(state.workdir) / f"conf-nm{idx}"),
+                        _standin_dir(nm))
 
     def _wait_ready(self, state: ClusterState, deadline: float) -> None:
         want_nodes = len(state.nodemanagers)
@@ -385,7 +429,9 @@ class LocalCluster:
             return
         state.daemons = [d for d in state.daemons if d.name != name]
         if name.startswith("nodemanager"):
-            self._spawn(state, name, "nodemanager", str(Path(state.workdir) / f"conf-{name.replace('nodemanager', 'nm')}"))
+            nm = next((n for n in state.nodemanagers if f"nodemanager{n['index']}" == name), {})
+            self._spawn(state, name, "nodemanager", str(Path(state.workdir) / f"conf-{name.replace('nodemanager', 'nm')}"),
+                        _standin_dir(nm))
         else:
             self._spawn(state, name, name, state.conf_dir)
         self._save_state(state)

@@ -13,7 +13,7 @@ import re
 
 from tony_py.config import checks
 from tony_py.config.layers import TonyConf
-from tony_py.config.spec import (CACHE_VISIBILITIES, DISTRIBUTED_MODES, FRAMEWORKS, HOROVOD_DRIVER_TYPE,
+from tony_py.config.spec import (CACHE_VISIBILITIES, GPU_ASSIGNMENTS, DISTRIBUTED_MODES, FRAMEWORKS, HOROVOD_DRIVER_TYPE,
                                  MAX_INSTANCES, SINGLE_NODE_TYPE, TENSORBOARD_TYPE, TYPE_NAME, TYPE_ORDER,
                                  DependencyTimeout, JobSpec, Resources, TaskType)
 from tony_py.errors import ConfigError, UsageError
@@ -97,9 +97,10 @@ def _choice(conf: TonyConf, key: str, allowed: tuple[str, ...], default: str) ->
     raw = (conf.get(key) or "").strip()
     if not raw:
         return default
-    if raw.upper() not in allowed:
+    match = next((a for a in allowed if a.lower() == raw.lower()), None)
+    if match is None:
         raise ConfigError(key, f"must be one of {', '.join(allowed)}, got {raw!r}")
-    return raw.upper()
+    return match
 
 
 def parse_env_list(raw: str | None, key: str, for_yarn: bool = False) -> dict[str, str]:
@@ -231,6 +232,7 @@ def _build_job_spec(conf: TonyConf, python: str) -> JobSpec:
         max_missed_heartbeats=_int(conf, "tony.task.max-missed-heartbeats", 5, minimum=1),
         metrics_interval_ms=_int(conf, "tony.task.metrics-interval-ms", 5000, minimum=100),
         gpu_metrics=_bool(conf, "tony.task.gpu-metrics.enabled", True),
+        gpu_assignment=_choice(conf, "tony.gpu.assignment", GPU_ASSIGNMENTS, "auto"),
         execution_timeout_ms=_int(conf, "tony.task.executor.execution-timeout-ms", 0, minimum=0),
         registry_timeout_s=_int(conf, "tony.task.executor.registry-timeout-sec", 0, minimum=0),
         allocation_timeout_ms=_int(conf, "tony.container.allocation.timeout", 600_000, minimum=-1),

@@ -34,7 +34,7 @@ tony.application.priority tony.am.startup-timeout tony.application.prepare-stage
 tony.application.tensorboard-log-dir tony.horovod.mode.test tony.horovod.mode.test.fast.fail
 tony.horovod.driver.mode.debug tony.application.placement-spec tony.containers.placement-spec
 tony.containers.allocation-tags tony.docker.enabled tony.docker.containers.image tony.docker.containers.mount
-tony.other.namenodes tony.task.gpu-metrics.enabled tony.am.command
+tony.other.namenodes tony.task.gpu-metrics.enabled tony.gpu.assignment tony.am.command
 tony.application.hdfs-conf-path tony.application.yarn-conf-path tony.application.mapred-conf-path
 tony.history.location tony.history.intermediate tony.history.finished tony.history.retention-sec tony.portal.url
 """.split())

@@ -15,6 +15,7 @@ from tony_py.config.model import Checked, ModelError
 FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "standalone")
 DISTRIBUTED_MODES = ("GANG", "FCFS")
 CACHE_VISIBILITIES = ("PRIVATE", "PUBLIC")
+GPU_ASSIGNMENTS = ("auto", "none")
 SPEC_FILE = "tony-spec.json"  # the JobSpec as the AM and every executor read it
 CHIEF_TYPE = "chief"
 SINGLE_NODE_TYPE = "driver"  # the one task of a single-node job, run in the AM's container (TonY's name)
@@ -113,6 +114,7 @@ class JobSpec(Checked):
     max_missed_heartbeats: int = 5
     metrics_interval_ms: int = 5000
     gpu_metrics: bool = True
+    gpu_assignment: str = "auto"  # auto: name each task's devices (am/gpus.py); none: leave it to the cluster
     execution_timeout_ms: int = 0
     registry_timeout_s: int = 0
     allocation_timeout_ms: int = 600_000
@@ -154,6 +156,8 @@ class JobSpec(Checked):
             raise ModelError(f"framework {self.framework!r} / mode {self.distributed_mode!r} not allowed")
         if not self.types or len({t.name for t in self.types}) != len(self.types):
             raise ModelError("job types must be present and unique")
+        if self.gpu_assignment not in GPU_ASSIGNMENTS:
+            raise ModelError(f"gpu assignment {self.gpu_assignment!r} not allowed")
         if self.cache_visibility not in CACHE_VISIBILITIES:
             raise ModelError(f"cache visibility {self.cache_visibility!r} not allowed")
         for t in self.types:

@@ -34,6 +34,7 @@ from tony_py.config.spec import SPEC_FILE, JobSpec, TaskId
 from tony_py.errors import EXECUTOR_AM_LOST, EXECUTOR_REFUSED
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.control import ControlServer
+from tony_py.executor.gpus import find_nvidia_smi, nodemanager_assignment
 from tony_py.executor.metrics import MetricsSampler
 from tony_py.frameworks.envplan import expand
 from tony_py.executor.process import UserProcess, describe_returncode, tail
@@ -69,6 +70,7 @@ class Settings:
     host: str = "localhost"
     gpus: int = 0  # what the task's type asked for
     gpu_metrics: bool = True
+    gpu_assignment: str = "auto"
 
     @classmethod
     def load(cls, env: dict, spec_file: Path) -> "Settings":
@@ -96,6 +98,7 @@ class Settings:
             host=env.get("NM_HOST") or socket.getfqdn(),
             gpus=spec.type(task.type).resources.gpus,
             gpu_metrics=spec.gpu_metrics,
+            gpu_assignment=spec.gpu_assignment,
         )
 
 
@@ -258,6 +261,7 @@ class Executor:
         self.channel = channel
         self.base_env = base_env
         self.cwd = cwd
+        self.yarn_gpus = self._yarn_gpus()
         self.control_port = control_port
         self.child: UserProcess | None = None
         self.progress_file: str | None = None
@@ -271,6 +275,20 @@ class Executor:
         body = {"task": self.s.task, "attempt": attempt, "container": self.s.container_id}
         body.update((k, v) for k, v in extra.items() if v is not None)  # absent, not null: smaller
         return body
+
+    def _yarn_gpus(self) -> list[str] | None:
+        """The devices the NodeManager itself assigned to this container (its GPU plugin under
+        the LinuxContainerExecutor): they replace the AM's choice in the task's environment."""
+        if not self.s.gpus or self.s.gpu_assignment != "auto":
+            return None
+        devices = nodemanager_assignment(self.base_env.get("NM_HOST"), self.base_env.get("NM_HTTP_PORT"),
+                                         self.s.container_id)
+        if devices:
+            log.info("the NodeManager assigned GPU(s) %s to this container", ",".join(devices))
+            self.base_env = {**self.base_env, "CUDA_VISIBLE_DEVICES": ",".join(devices)}
+            if "NVIDIA_VISIBLE_DEVICES" in self.base_env:
+                self.base_env["NVIDIA_VISIBLE_DEVICES"] = ",".join(devices)
+        return devices
 
     def run(self) -> int:
         try:
@@ -320,7 +338,7 @@ class Executor:
             tb_port = socks[1].getsockname()[1] if len(socks) > 1 else None
             _check(self.channel.post("/v1/register", self._body(attempt, port=port, tb_port=tb_port,
                                                                  control_port=self.control_port,
-                                                                 pid=os.getpid())))
+                                                                 pid=os.getpid(), gpus=self.yarn_gpus)))
             log.info("registered %s attempt %d on port %d", self.s.task, attempt, port)
             answer = self._wait_for_spec(attempt)
             env = user_env(self.s, self.base_env, expand(answer.get("env", {}), answer.get("shared")), attempt, self.cwd)
@@ -332,7 +350,9 @@ class Executor:
         self.progress_file = env["TONY_PROGRESS_FILE"]
         self.callback_file = env["TONY_CALLBACK_FILE"]
         self.tb_port, self.reported = tb_port, set()
-        self.sampler = MetricsSampler(self.s.gpus > 0 and self.s.gpu_metrics, env.get("CUDA_VISIBLE_DEVICES"))
+        gpu_metrics = self.s.gpus > 0 and self.s.gpu_metrics
+        self.sampler = MetricsSampler(gpu_metrics, env.get("CUDA_VISIBLE_DEVICES"),
+                                      find_nvidia_smi(self.base_env) if gpu_metrics else None)
         self.child = UserProcess(self.s.command, env, str(self.cwd), out, err)
         # Not the whole command: task_params may carry credentials, and this log is aggregated.
         log.info("started pid %d: %s (%d more argument(s))", self.child.pid, *_describe_command(self.s.command))

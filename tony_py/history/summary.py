@@ -22,7 +22,7 @@ def task_record(t: "Task", log_url: Callable[["Task"], str | None]) -> dict:
         "attempt": t.attempt, "host": c.host if c else None, "node_id": c.node_id if c else None,
         "node_http": c.node_http if c else None, "container_id": c.id if c else None,
         "exit_code": t.exit_code, "signal": t.signal, "started_at": t.started_at, "finished_at": t.finished_at,
-        "log_url": log_url(t), "metrics": dict(t.metrics),
+        "log_url": log_url(t), "metrics": dict(t.metrics), "gpus": list(t.gpus),
     }
 
 

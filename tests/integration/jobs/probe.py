@@ -33,6 +33,7 @@ def main():
     p.add_argument("--serve-tb", action="store_true", help="the task with TB_PORT serves HTTP on it (a stand-in TensorBoard)")
     p.add_argument("--print-every", type=float, default=0, help="print a numbered line this often while waiting")
     p.add_argument("--burn", action="store_true", help="hold 64 MB and keep a core busy while waiting")
+    p.add_argument("--once", action="store_true", help="--fail only in the first gang attempt")
     args = p.parse_args()
     me = f"{os.environ['JOB_NAME']}:{os.environ['TASK_INDEX']}"
     record = {k: os.environ.get(k) for k in VARS}
@@ -118,6 +119,8 @@ def main():
     if seconds:
         wait(float(seconds))
     code = lookup(args.fail)
+    if code and args.once and os.environ.get("TONY_RESTART_ATTEMPT", "0") != "0":
+        code = None
     if code:
         print(f"probe {me} failing on purpose with exit code {code}", file=sys.stderr, flush=True)
         sys.exit(int(code))
