@@ -33,16 +33,23 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"tony: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")
         return 2
+    launch = None
     if command == "submit":
         from tony_py.bridge.interrupts import guard
 
         guard.install()  # before the client's imports: see tony_py/bridge/interrupts.py
     try:
+        if command == "submit":
+            from tony_py.bridge.gateway import early_launch
+
+            launch = early_launch(rest)  # the JVM starts while the client imports and checks
         module = importlib.import_module(COMMANDS[command])
     except KeyboardInterrupt:
+        if launch is not None:
+            launch.discard()
         return 130
     if command == "submit":
-        return module.main(rest)  # it reports its own errors, with its own exit codes
+        return module.main(rest, launch=launch)  # it reports its own errors, with its own exit codes
     from tony_py.client.crash import report_unexpected
 
     try:

@@ -7,7 +7,10 @@ if __name__ == "__main__":
 
     guard.install()  # first: a Ctrl-C while the client is still importing must not print a traceback
     try:
+        from tony_py.bridge.gateway import early_launch
+
+        launch = early_launch(sys.argv[1:])  # the JVM starts while the client imports and checks
         from tony_py.client.submit import main
     except KeyboardInterrupt:
         sys.exit(130)
-    sys.exit(main(prog="python -m tony_py.submit"))
+    sys.exit(main(prog="python -m tony_py.submit", launch=launch))

@@ -171,8 +171,17 @@ def probe_records(tmp_path) -> dict[str, dict]:
 
 
 
+def _has_python_parent(proc: psutil.Process) -> bool:
+    try:
+        parent = proc.parent()
+        return parent is not None and "python" in " ".join(parent.cmdline()[:1])
+    except psutil.Error:
+        return False
+
+
 def stray_processes(cluster: Cluster) -> list[psutil.Process]:
-    """Executors and user processes still alive from finished jobs."""
+    """Executors and user processes still alive from finished jobs, and client JVMs whose
+    client is gone (the JVM a `tony submit` starts early must end with it, bad input or not)."""
     if cluster.workdir is None:
         return []
     root = str(cluster.workdir / "data")
@@ -183,7 +192,9 @@ def stray_processes(cluster: Cluster) -> list[psutil.Process]:
             cwd = proc.info.get("cwd") or ""
         except psutil.Error:
             continue
-        if "tony_py.executor" in cmd or "tony_py.am" in cmd or (cwd.startswith(root) and "/appcache/" in cwd):
+        orphan_client_jvm = "py4j.GatewayServer" in cmd and not _has_python_parent(proc)
+        if ("tony_py.executor" in cmd or "tony_py.am" in cmd or (cwd.startswith(root) and "/appcache/" in cwd)
+                or orphan_client_jvm):
             strays.append(proc)
     return strays
 

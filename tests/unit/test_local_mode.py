@@ -55,9 +55,16 @@ def records(tmp_path: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in (tmp_path / "probe").glob("*.json")}
 
 
-def no_task_processes_left(tmp_path: Path) -> list:
+def no_task_processes_left(tmp_path: Path, grace_s: float = 3.0) -> list:
+    """Task processes of this test still alive (not zombies) after a short grace for exits in flight."""
     marker = str(tmp_path / "probe")
-    return [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+    deadline = time.monotonic() + grace_s
+    while True:
+        left = [p for p in psutil.process_iter(["cmdline", "status"])
+                if marker in " ".join(p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.1)
 
 
 # ---- jobs -------------------------------------------------------------------------------------------

@@ -19,8 +19,9 @@ from tony_py import appsecret, paths
 from tony_py.am.launch import JAR_LINK, RUNTIME_LINK, JobMeta, docker_env, needs_hadoop_in_task
 from tony_py.bridge import jvm
 from tony_py.bridge.interrupts import guard
+from tony_py.client import timeline
 from tony_py.client.job import Job
-from tony_py.bridge.gateway import ClientGateway
+from tony_py.bridge.gateway import ClientGateway, JvmLaunch
 from tony_py.client.flags import SubmitArgs
 from tony_py.client.prepare import (SRC_LINK, VENV_LINK, PreparedJob, parse_resource_entry, fetch_conf_file,
                                     hadoop_overrides, is_remote, prepare)
@@ -37,23 +38,31 @@ AM_CLASS = "io.tonypy.am.ApplicationMaster"
 LIFETIME_GRACE_S = 60
 
 
-def open_gateway(args: SubmitArgs, workdir: Path) -> tuple[ClientGateway, PreparedJob]:
-    """Prepare the job, then start the client's JVM for it (the caller closes it): after the
-    checks that need no cluster, unless the config file itself is on the cluster (then a JVM
-    fetches it first, into workdir)."""
-    early = ClientGateway(properties=hadoop_overrides(args.conf)) if is_remote(args.conf_file) else None
+def open_gateway(args: SubmitArgs, workdir: Path, launch: JvmLaunch | None = None) -> tuple[ClientGateway, PreparedJob]:
+    """Prepare the job and start the client's JVM for it (the caller closes it). The JVM starts
+    in the background (from the entry point, early_launch, or here) while the job is checked:
+    it needs nothing from the checks until the bridge is created with the job's Hadoop
+    properties. A config file on the cluster is fetched first, through that JVM."""
+    launch = launch or JvmLaunch(background=True)
+    early = None
     try:
+        if is_remote(args.conf_file):
+            early, launch = ClientGateway(properties=hadoop_overrides(args.conf), launch=launch), None
         prepared = prepare(fetch_conf_file(early, args, workdir) if early else args)
+        timeline.mark("validated")
     except BaseException:
-        if early is not None:
-            early.close()
+        with guard.cleanup():
+            if early is not None:
+                early.close()
+            if launch is not None:
+                launch.discard()  # bad input leaves no process behind
         raise
-    if early is not None and not prepared.hadoop_conf_files:
-        return early, prepared
     if early is not None:
-        early.close()
+        if not prepared.hadoop_conf_files:
+            return early, prepared
+        early.close()  # the fetched config names Hadoop files: a JVM that loads them
     return ClientGateway(conf_files=list(prepared.hadoop_conf_files.values()),
-                         properties=prepared.hadoop_properties), prepared
+                         properties=prepared.hadoop_properties, launch=launch), prepared
 
 
 class Submission:
@@ -71,14 +80,18 @@ class Submission:
         """Check the cluster, stage, submit; the handle of the running application."""
         spec = self.job.spec
         self._check_cluster_inputs()
+        timeline.mark("cluster_checked")
         self.app_id = self.gw.call("create an application", self.gw.bridge.createApplication)
+        timeline.mark("application_created")
         self.stager = Stager(self.gw, self.app_id, spec.cache_visibility, warn=self.warn)
         try:
             with tempfile.TemporaryDirectory(prefix="tony-submit-") as tmp:
                 resources, meta = self._stage(Path(tmp))
+            timeline.mark("staged")
             request = self._am_request(resources, meta)
             self.submitted = True  # from here on an interruption must kill the application
             self.gw.call("submit the application", self.gw.bridge.submit, self.app_id, json.dumps(request))
+            timeline.mark("submitted")
             return Job(self.gw, self.app_id, self.secret, self.stager.staging_dir)
         except BaseException as exc:
             with guard.cleanup():

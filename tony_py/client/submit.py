@@ -16,11 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from tony_py.bridge.gateway import JvmLaunch
 from tony_py.bridge.interrupts import guard
 from tony_py.client.crash import report_unexpected
 from tony_py.client.flags import parse_args
 from tony_py.client.monitor import Monitor
 from tony_py.client.prepare import PreparedJob, local_paths, prepare
+from tony_py.client import timeline
 from tony_py.client.submission import Submission, open_gateway
 from tony_py.errors import TonyError, UsageError
 from tony_py.history.store import HistoryStore
@@ -114,11 +116,12 @@ def run_local(prepared: PreparedJob, prog: str, out=sys.stdout) -> int:
         job.close()
 
 
-def main(argv: list[str] | None = None, prog: str = "tony submit") -> int:
+def main(argv: list[str] | None = None, prog: str = "tony submit", launch: JvmLaunch | None = None) -> int:
     # Ctrl-C, a closed terminal or a `kill` end the client the same way: the application is
     # killed. Never in the middle of a JVM bridge call (tony_py/bridge/interrupts.py).
     guard.install()
     die_with_parent()
+    timeline.mark("imports_done")
     try:
         args = local_paths(parse_args(sys.argv[1:] if argv is None else argv, prog=prog))
         if args.local:  # no cluster: no JVM either
@@ -127,7 +130,7 @@ def main(argv: list[str] | None = None, prog: str = "tony submit") -> int:
                 print(f"{prog}: warning: {warning}", file=sys.stderr)
             return run_local(prepared, prog)
         with tempfile.TemporaryDirectory(prefix="tony-conf-") as tmp:
-            gw, prepared = open_gateway(args, Path(tmp))
+            gw, prepared = open_gateway(args, Path(tmp), launch)
         with gw:
             for warning in prepared.warnings:
                 print(f"{prog}: warning: {warning}", file=sys.stderr)
@@ -139,6 +142,9 @@ def main(argv: list[str] | None = None, prog: str = "tony submit") -> int:
         return 130
     except Exception as exc:  # noqa: BLE001 - never a raw traceback: one line and a file
         return report_unexpected(prog, exc)
+    finally:
+        if launch is not None:
+            launch.discard()  # started early for input that never reached the cluster
 
 
 if __name__ == "__main__":

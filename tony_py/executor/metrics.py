@@ -16,10 +16,7 @@ import shutil
 import subprocess
 import time
 
-try:  # shipped with the job where the client has it; metrics degrade gracefully without it
-    import psutil
-except ImportError:  # pragma: no cover - exercised on nodes without psutil
-    psutil = None
+from tony_py.executor.process import load_psutil  # imported at the first sample, not at start
 
 GPU_QUERY = "index,uuid,utilization.gpu,memory.used,memory.total"
 NVIDIA_SMI_TIMEOUT_S = 10
@@ -78,7 +75,7 @@ class MetricsSampler:
                     rss += proc.memory_info().rss
                     times = proc.cpu_times()
                     seen[proc.pid] = times.user + times.system
-                except psutil.Error:
+                except load_psutil().Error:
                     continue
             if self._cpu_at is not None and now > self._cpu_at:
                 # a process new since the last sample counts from now on (its past is not this interval's)
@@ -123,7 +120,8 @@ class MetricsSampler:
 
 
 def _tree(pid: int | None) -> list:
-    if psutil is None or not pid:
+    psutil = load_psutil() if pid else None
+    if psutil is None:
         return []
     try:
         root = psutil.Process(pid)
