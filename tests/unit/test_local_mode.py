@@ -140,8 +140,13 @@ def test_local_gpu_metrics_and_the_api(local_env, monkeypatch):
         with urllib.request.urlopen(job.tracking_url + "/status.json", timeout=5) as resp:  # the page is up
             assert resp.status == 200
         assert job.wait(timeout=60) == "SUCCEEDED"
+        secret = job.port.secret
     # the stand-in reports 37 % on device 0 and 64 % on device 1: each task sees its own
     assert sorted(seen.values()) == [(("0",), 37.0, 37.0), (("1",), 64.0, 64.0)], seen
+    # the application's secret reached no task's environment, under any name
+    assert len(secret) >= 32
+    for name, record in records(local_env).items():
+        assert not [k for k, v in record["all_env"].items() if secret in (v or "")], name
 
 
 # ---- bad input: exit 2, nothing started -------------------------------------------------------------------

@@ -118,6 +118,10 @@ public final class FsBridge {
 
   /** Paths of the plain files directly inside a directory (empty if it does not exist). */
   public String[] listFiles(String dir) throws IOException {
+    return list(dir, FileStatus::isFile);
+  }
+
+  private String[] list(String dir, java.util.function.Predicate<FileStatus> keep) throws IOException {
     Path p = new Path(dir);
     FileSystem fs = fs(p);
     if (!fs.exists(p)) {
@@ -125,7 +129,7 @@ public final class FsBridge {
     }
     java.util.List<String> out = new java.util.ArrayList<>();
     for (FileStatus st : fs.listStatus(p)) {
-      if (st.isFile()) {
+      if (keep.test(st)) {
         out.add(fs.makeQualified(st.getPath()).toString());
       }
     }
@@ -176,18 +180,7 @@ public final class FsBridge {
 
   /** Paths of the directories directly inside dir (empty if it does not exist). */
   public String[] listDirs(String dir) throws IOException {
-    Path p = new Path(dir);
-    FileSystem fs = fs(p);
-    if (!fs.exists(p)) {
-      return new String[0];
-    }
-    java.util.List<String> out = new java.util.ArrayList<>();
-    for (FileStatus st : fs.listStatus(p)) {
-      if (st.isDirectory()) {
-        out.add(fs.makeQualified(st.getPath()).toString());
-      }
-    }
-    return out.toArray(new String[0]);
+    return list(dir, FileStatus::isDirectory);
   }
 
   public boolean delete(String path, boolean recursive) throws IOException {
