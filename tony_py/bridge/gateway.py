@@ -174,11 +174,12 @@ class JvmLaunch:
         try:
             _, _, _, proc = self.result()
         except BaseException:  # noqa: BLE001 - nothing started, nothing to stop
-            return
-        proc.kill()
-        proc.wait()
+            proc = None
+        if proc is not None:
+            proc.kill()
+            proc.wait()
         self.log.close()
-        self.log_path.unlink(missing_ok=True)
+        self.log_path.unlink(missing_ok=True)  # nobody will read it: the input never got that far
 
 
 def early_launch(argv: list[str]) -> JvmLaunch | None:
