@@ -520,3 +520,22 @@ def test_a_stalled_am_does_not_blame_its_executors(tmp_path):
     h.clock.now += 1.6  # now the executor really is silent past its 3 s
     h.c.tick()
     assert h.c.final_status == "FAILED" and "no heartbeat" in h.c.diagnostics()
+
+
+def test_a_replaced_container_gives_its_gpus_to_the_replacement(tmp_path):
+    # a one-GPU node: the restarted task must get device 0 again, whichever event comes first
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.worker.gpus=1", "tony.am.retry-count=1",
+                "tony.task.heartbeat-interval-ms=1000", "tony.task.max-missed-heartbeats=3")
+    h.c.gpus.set_pool("node1:1", ["0"])
+    h.bring_up()
+    assert h.c.tasks["worker:0"].gpus == ["0"]
+    old = h.containers["worker:0"]
+    h.clock.now += 5
+    h.c.tick()  # heartbeats lost: a gang restart with a new container
+    assert h.c.attempt == 1 and old in h.port.stopped
+    h.c.on_allocated({"id": "container_new", "node_id": "node1:1", "host": "host1", "node_http": "host1:8042",
+                      "resource": {}, "allocation_request_id": h.c.book.ids["worker"], "priority": 0})
+    assert h.c.decision is None, h.c.diagnostics()
+    assert h.c.tasks["worker:0"].gpus == ["0"]
+    h.c.on_completed(old, -100, "killed")  # the old container's end, after the new allocation
+    assert h.c.gpus.of("container_new") == ["0"] and h.c.decision is None

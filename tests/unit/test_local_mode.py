@@ -69,7 +69,8 @@ def no_task_processes_left(tmp_path: Path, grace_s: float = 3.0) -> list:
 
 # ---- jobs -------------------------------------------------------------------------------------------
 def test_a_local_job_gets_the_clusters_env_contract(local_env):
-    run = tony(local_env, *probe(local_env, "tony.worker.instances=2", "tony.ps.instances=1"))
+    # the workers outlive ps:0's start by a second: the untracked ps is stopped when they end
+    run = tony(local_env, *probe(local_env, "tony.worker.instances=2", "tony.ps.instances=1", params="--sleep worker:0:1,worker:1:1"))
     assert run.returncode == 0, run.stdout + run.stderr
     assert "finished: SUCCEEDED" in run.stdout and "YARN" not in run.stdout.splitlines()[-2]
     recs = records(local_env)

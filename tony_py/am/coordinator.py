@@ -237,15 +237,16 @@ class Coordinator:
 
     def on_completed(self, container_id: str, exit_status: int, diagnostics: str) -> None:
         with self.lock:
+            # The devices are free once the container is gone, whoever it belonged to: a container
+            # replaced by a restart is no longer any task's when its end arrives. The task keeps
+            # their names (what this attempt used, for its status and history) until it is reset.
+            self.gpus.release(container_id)
             task = self._task_for_container(container_id)
             if task is None:
                 return
             container = task.container
             task.container = None
             task.container_started = False
-            # the devices are free once the container is gone; the task keeps their names (what
-            # this attempt used, for its status and history) until it is reset
-            self.gpus.release(container_id)
             if task.state.finished:
                 pass  # the executor reported the result before its container ended
             elif task.kept and self.decision is None:
@@ -627,6 +628,10 @@ class Coordinator:
             keep = policy.keep_on_restart(task)
             if task.container is not None and not keep:
                 self.port.stop(task.container.id)  # a lost/hung executor: make sure it is gone
+                # Its devices go to the replacement now, not when the end of the stopped container
+                # arrives (which may come after the new allocation): the stopped process is killed
+                # at once, the replacement's user process starts only after its executor registered.
+                self.gpus.release(task.container.id)
             task.reset_for_attempt(self.attempt, keep_container=keep)
             if keep:
                 task.launched_at = self.clock()  # the registration timeout starts over

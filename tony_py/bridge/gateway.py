@@ -36,18 +36,28 @@ HDFS_CLOSE_RETRY = {
     "dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "50",
     "dfs.client.block.write.locateFollowingBlock.retries": "8",
 }
+# An unreachable ResourceManager (a wrong HADOOP_CONF_DIR, an RM that is down) kept the client
+# retrying for YARN's default 15 minutes of sleeps (30 s apart, each try itself retrying the
+# connection ~10 times), deaf to Ctrl-C, since no signal interrupts a bridge call. With 2 minutes
+# of sleeps 5 s apart (longer than an RM fail-over takes) the error came after 6 min (measured).
+RM_CONNECT = {
+    "yarn.resourcemanager.connect.max-wait.ms": "120000",
+    "yarn.resourcemanager.connect.retry-interval.ms": "5000",
+}
+CLIENT_DEFAULTS = {**HDFS_CLOSE_RETRY, **RM_CONNECT}
 
 
 def client_properties(conf_dir: Path, conf_files: list[str], properties: dict[str, str] | None) -> dict[str, str]:
     """The user's Hadoop properties, plus our defaults for keys no configuration file sets."""
     configured: set[str] = set()
-    for path in [conf_dir / "hdfs-site.xml", conf_dir / "core-site.xml", *map(Path, conf_files)]:
+    for path in [conf_dir / name for name in ("core-site.xml", "hdfs-site.xml", "yarn-site.xml")] + \
+            [Path(f) for f in conf_files]:
         if path.is_file():
             try:
                 configured.update(read_xml(path))
             except TonyError:
                 pass  # an unreadable site file is Hadoop's to report, not ours
-    defaults = {k: v for k, v in HDFS_CLOSE_RETRY.items() if k not in configured}
+    defaults = {k: v for k, v in CLIENT_DEFAULTS.items() if k not in configured}
     return {**defaults, **(properties or {})}
 
 
@@ -111,9 +121,8 @@ class JvmLaunch:
     token, process) or raises SetupError; discard() stops a JVM nobody will use."""
 
     def __init__(self, background: bool = False) -> None:
-        fd, log_path = tempfile.mkstemp(prefix="tony-client-jvm-", suffix=".log")
-        self.log_path = Path(log_path)
-        self.log = os.fdopen(fd, "w")
+        self.log_path: Path | None = None  # created just before the JVM starts
+        self.log = None
         self._outcome: tuple | BaseException | None = None
         self.claimed = False  # a ClientGateway took the JVM over (and stops it)
         self._thread = threading.Thread(target=self._run, name="tony-client-jvm", daemon=True)
@@ -133,6 +142,8 @@ class JvmLaunch:
                 *jvm.JDK17_OPENS,
                 "-Dlog4j.configuration=" + (paths.PACKAGE_DIR / "bridge" / "log4j-client.properties").as_uri(),
             ]
+            fd, log_path = tempfile.mkstemp(prefix="tony-client-jvm-", suffix=".log")
+            self.log_path, self.log = Path(log_path), os.fdopen(fd, "w")
             try:
                 port, token, proc = launch_gateway(
                     jarpath=str(jar),
@@ -158,13 +169,16 @@ class JvmLaunch:
         if self._thread.ident is not None:
             self._thread.join()
         if isinstance(self._outcome, BaseException):
-            self.log.close()
+            if self.log is not None:
+                self.log.close()  # kept: the error names it
             raise self._outcome
         return self._outcome
 
     def claim(self) -> tuple:
+        """The started JVM, now the caller's to stop (a failed start stays ours to tidy)."""
+        outcome = self.result()
         self.claimed = True
-        return self.result()
+        return outcome
 
     def discard(self) -> None:
         """Stop the JVM unless a ClientGateway took it over; safe to call more than once."""
@@ -178,15 +192,16 @@ class JvmLaunch:
         if proc is not None:
             proc.kill()
             proc.wait()
-        self.log.close()
-        self.log_path.unlink(missing_ok=True)  # nobody will read it: the input never got that far
+        if self.log is not None:
+            self.log.close()
+            self.log_path.unlink(missing_ok=True)  # nobody will read it: the input never got that far
 
 
 def early_launch(argv: list[str]) -> JvmLaunch | None:
     """For `tony submit`: the JVM starts before the client's own imports (~0.35 s) and the
     checks, which it does not need. Not for --local (no JVM) or --help; a JVM started for
     input that turns out bad is stopped again (open_gateway)."""
-    if not argv or any(a in ("--local", "-h", "--help") for a in argv):
+    if not argv or any(a in ("--local", "-local", "-h", "--help") for a in argv):
         return None
     return JvmLaunch(background=True)
 
@@ -197,8 +212,8 @@ class ClientGateway:
     def __init__(self, conf_files: list[str] = (), properties: dict[str, str] | None = None,
                  launch: "JvmLaunch | None" = None) -> None:
         launch = launch or JvmLaunch()
-        self.log_path, self._log = launch.log_path, launch.log
         self.conf_dir, port, token, self.proc = launch.claim()
+        self.log_path, self._log = launch.log_path, launch.log
         self.gateway = JavaGateway(
             gateway_parameters=GatewayParameters(port=port, auth_token=token, auto_convert=True)
         )

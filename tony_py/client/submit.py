@@ -100,11 +100,11 @@ def run_local(prepared: PreparedJob, prog: str, out=sys.stdout) -> int:
         raise UsageError("--detach: a local job runs inside this process; it cannot outlive it")
     job = start_local(prepared)
     spec = prepared.spec
-    if not prepared.args.quiet:
-        print(f"started {job.app_id} on this machine: {spec.framework}, "
-              + ", ".join(f"{t.instances} x {t.name}" for t in spec.types) + f"; logs in {job.logs}", file=out,
-              flush=True)
-    try:
+    try:  # from here a Ctrl-C stops the job's processes, whatever the client is doing
+        if not prepared.args.quiet:
+            print(f"started {job.app_id} on this machine: {spec.framework}, "
+                  + ", ".join(f"{t.instances} x {t.name}" for t in spec.types) + f"; logs in {job.logs}", file=out,
+                  flush=True)
         return Monitor(job, quiet=prepared.args.quiet, out=out).follow()
     except KeyboardInterrupt as exc:
         if not prepared.args.quiet:

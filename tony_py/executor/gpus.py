@@ -9,13 +9,17 @@ nvidia-smi index and the minor number). Elsewhere the list is empty and the AM's
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
+import urllib.error
 import urllib.request
 from pathlib import Path
 
 from tony_py.config.xmlconf import read_xml
 from tony_py.errors import UsageError
+
+log = logging.getLogger("tony.executor")
 
 DISCOVERY_KEY = "yarn.nodemanager.resource-plugins.gpu.path-to-discovery-executables"
 # Where YARN's GPU plugin looks when the key is unset (GpuDiscoverer's default directories)
@@ -33,7 +37,17 @@ def nodemanager_assignment(nm_host: str | None, nm_http_port: str | None, contai
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             info = json.loads(resp.read(1 << 20))
-    except (OSError, ValueError):
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:  # no GPU plugin on this NodeManager (it only counts GPUs): nothing to ask
+            return None
+        log.warning("could not ask the NodeManager which GPUs it assigned (%s: HTTP %s); using the AM's choice",
+                    url, exc.code)
+        return None
+    except (OSError, ValueError) as exc:
+        # e.g. a NodeManager web UI behind SPNEGO or HTTPS only: the AM's choice stands, which
+        # under the LinuxContainerExecutor may name a device the container's cgroup blocks
+        log.warning("could not ask the NodeManager which GPUs it assigned (%s: %s); using the AM's choice",
+                    url, exc)
         return None
     return assigned_to(info, container_id)
 

@@ -283,6 +283,12 @@ class Executor:
             return None
         devices = nodemanager_assignment(self.base_env.get("NM_HOST"), self.base_env.get("NM_HTTP_PORT"),
                                          self.s.container_id)
+        if devices and self.base_env.get("YARN_CONTAINER_RUNTIME_TYPE") == "docker":
+            # YARN's Docker runtime mounts only these devices and sets NVIDIA_VISIBLE_DEVICES
+            # itself; inside the container they are numbered from 0, so the host indices would
+            # name devices the task cannot see. Reported, not put into the env.
+            log.info("the NodeManager assigned GPU(s) %s to this Docker container", ",".join(devices))
+            return devices
         if devices:
             log.info("the NodeManager assigned GPU(s) %s to this container", ",".join(devices))
             self.base_env = {**self.base_env, "CUDA_VISIBLE_DEVICES": ",".join(devices)}
