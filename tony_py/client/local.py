@@ -18,7 +18,6 @@ none.
 from __future__ import annotations
 
 import getpass
-import importlib.util
 import json
 import os
 import shutil
@@ -34,8 +33,8 @@ from tony_py.am.launch import RUNTIME_LINK, JobMeta
 from tony_py.am.local import LocalProcessPort
 from tony_py.am.runtime import AmRuntime
 from tony_py.client.job import JobStatus
-from tony_py.client.prepare import SRC_LINK, VENV_LINK, PreparedJob, is_remote, parse_resource_entry
-from tony_py.client.staging import RUNTIME_PACKAGES, zip_src_dir
+from tony_py.client.prepare import SRC_LINK, VENV_LINK, PreparedJob, final_conf, is_remote, resource_entries
+from tony_py.client.staging import RUNTIME_PACKAGES, package_root, zip_src_dir
 from tony_py.config import checks
 from tony_py.config.spec import SPEC_FILE
 from tony_py.config.xmlconf import to_xml
@@ -61,9 +60,9 @@ def check_local(prepared: PreparedJob, devices: list[str]) -> None:
     if args.hdfs_classpath:
         raise UsageError("--hdfs_classpath: local mode has no cluster file system to read it from")
     for key in ["tony.containers.resources"] + [f"tony.{t.name}.resources" for t in spec.types]:
-        for entry in (conf.get(key) or "").split(","):
-            if entry.strip() and is_remote(parse_resource_entry(entry.strip())[0]):
-                raise UsageError(f"{key}: {entry.strip()}: local mode reads local paths only")
+        for path, _, _ in resource_entries(conf, key):
+            if is_remote(path):
+                raise UsageError(f"{key}: {path}: local mode reads local paths only")
     if spec.docker_enabled:
         raise UsageError("tony.docker.enabled: local mode runs tasks as local processes, not in Docker images")
     wanted = {t.name: t.resources.gpus for t in spec.types if t.resources.gpus}
@@ -82,12 +81,9 @@ def _runtime_dir(target: Path) -> Path:
     """What the cluster ships as the runtime archive, as links to this environment's packages."""
     (target / "deps").mkdir(parents=True)
     for package in RUNTIME_PACKAGES:
-        found = importlib.util.find_spec(package)
-        if found is None or not found.submodule_search_locations:
-            if package == "psutil":
-                continue  # optional, as on the cluster
-            raise UsageError(f"the Python package {package!r} is missing from this environment")
-        location = Path(list(found.submodule_search_locations)[0])
+        location = package_root(package)
+        if location is None:
+            continue  # optional, as on the cluster
         (target / package if package == "tony_py" else target / "deps" / package).symlink_to(location)
     return target
 
@@ -135,22 +131,13 @@ def stage_locally(prepared: PreparedJob, app_id: str, workdir: Path) -> JobMeta:
     type_links: dict[str, list[str]] = {}
     for key, links in [("tony.containers.resources", task_links)] + [
             (f"tony.{t.name}.resources", type_links.setdefault(t.name, [])) for t in spec.types]:
-        seen = set()
-        for entry in (prepared.conf.get(key) or "").split(","):
-            entry = entry.strip()
-            if not entry or entry in seen:
-                continue
-            seen.add(entry)
-            path, name, archive = parse_resource_entry(entry)
+        for path, name, archive in resource_entries(prepared.conf, key):
             local = Path(path)
             if not local.exists():
                 raise UsageError(f"{key}: {path} does not exist")
             name = checks.link_name(key, name or local.name)
             add(name, _unpack(local, res / f"unpacked-{name}") if archive else local.resolve(), links)
-    final = prepared.conf.resolved()
-    final["tony.application.id"] = app_id
-    final["tony.executor.python"] = prepared.task_python
-    (res / "tony-final.xml").write_text(to_xml(final))
+    (res / "tony-final.xml").write_text(to_xml(final_conf(prepared, app_id)))
     add("tony-final.xml", res / "tony-final.xml", task_links)
     (res / SPEC_FILE).write_text(json.dumps(spec.to_dict()))
     add(SPEC_FILE, res / SPEC_FILE, task_links)

@@ -207,10 +207,7 @@ def _check_resources(conf: TonyConf, spec: JobSpec) -> set[str]:
     every: set[str] = set()
     for key in ["tony.containers.resources"] + [f"tony.{t.name}.resources" for t in spec.types]:
         names = dict(common)
-        for entry in (conf.get(key) or "").split(","):
-            if not entry.strip():
-                continue
-            parsed = parse_resource_entry(entry.strip())
+        for parsed in resource_entries(conf, key):
             path, name, _ = parsed
             if "://" not in path and not Path(checks.local_path(key, path)).exists():
                 raise UsageError(f"{key}: {path} does not exist")
@@ -228,6 +225,24 @@ def _check_resources(conf: TonyConf, spec: JobSpec) -> set[str]:
         if key == "tony.containers.resources":
             common = names
     return every
+
+
+def resource_entries(conf: TonyConf, key: str) -> list[tuple[str, str | None, bool]]:
+    """The entries of a resources key, parsed, each once (empty and repeated entries skipped)."""
+    out: list[tuple[str, str | None, bool]] = []
+    for entry in (conf.get(key) or "").split(","):
+        parsed = parse_resource_entry(entry.strip()) if entry.strip() else None
+        if parsed is not None and parsed not in out:
+            out.append(parsed)
+    return out
+
+
+def final_conf(job: PreparedJob, app_id: str) -> dict[str, str]:
+    """tony-final.xml: the resolved config plus what the AM and executors learn from it."""
+    final = job.conf.resolved()
+    final["tony.application.id"] = app_id
+    final["tony.executor.python"] = job.task_python
+    return final
 
 
 def parse_resource_entry(entry: str) -> tuple[str, str | None, bool]:

@@ -61,11 +61,21 @@ def _deterministic_zip(entries: list[tuple[str, Path]], out: io.BufferedIOBase) 
             zf.writestr(info, path.read_bytes())
 
 
-def _package_files(package: str) -> tuple[Path, list[tuple[str, Path]]] | None:
+OPTIONAL_PACKAGES = {"psutil"}  # executors report fewer metrics without it
+
+
+def package_root(package: str) -> Path | None:
+    """Where an installed package lives: None for a missing optional one, UsageError for a
+    missing required one (the cluster's runtime archive and local mode's runtime dir alike)."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        return None
-    root = Path(list(spec.submodule_search_locations)[0])
+        if package in OPTIONAL_PACKAGES:
+            return None
+        raise UsageError(f"the Python package {package!r} is missing from this environment")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _package_files(package: str, root: Path) -> list[tuple[str, Path]]:
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
@@ -74,7 +84,7 @@ def _package_files(package: str) -> tuple[Path, list[tuple[str, Path]]] | None:
                 continue
             p = Path(dirpath) / name
             files.append((f"{package}/{p.relative_to(root).as_posix()}", p))
-    return root, files
+    return files
 
 
 def package_entries(packages: tuple[str, ...]) -> list[tuple[str, Path]]:
@@ -83,13 +93,11 @@ def package_entries(packages: tuple[str, ...]) -> list[tuple[str, Path]]:
     user's own py4j or psutil)."""
     entries: list[tuple[str, Path]] = []
     for package in packages:
-        found = _package_files(package)
-        if found is None:
-            if package == "psutil":
-                continue  # optional: executors report fewer metrics without it
-            raise UsageError(f"the Python package {package!r} is missing from this environment")
+        root = package_root(package)
+        if root is None:
+            continue
         prefix = "" if package == "tony_py" else "deps/"
-        entries.extend((prefix + arcname, path) for arcname, path in found[1])
+        entries.extend((prefix + arcname, path) for arcname, path in _package_files(package, root))
     return entries
 
 

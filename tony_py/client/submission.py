@@ -23,8 +23,8 @@ from tony_py.client import timeline
 from tony_py.client.job import Job
 from tony_py.bridge.gateway import ClientGateway, JvmLaunch
 from tony_py.client.flags import SubmitArgs
-from tony_py.client.prepare import (SRC_LINK, VENV_LINK, PreparedJob, parse_resource_entry, fetch_conf_file,
-                                    hadoop_overrides, is_remote, prepare)
+from tony_py.client.prepare import (SRC_LINK, VENV_LINK, PreparedJob, fetch_conf_file, final_conf,
+                                    hadoop_overrides, is_remote, prepare, resource_entries)
 from tony_py.client.staging import Resource, Stager, build_runtime_zip, sha256_file, zip_src_dir
 from tony_py.config import checks
 from tony_py.config.fit import check_fits
@@ -199,10 +199,7 @@ class Submission:
             resources[name] = st.upload_private(Path(local), name)
         self.secret = appsecret.generate()
         resources[appsecret.SECRET_FILE] = st.write_text(appsecret.SECRET_FILE, self.secret, mode=0o600)
-        final = self.job.conf.resolved()
-        final["tony.application.id"] = self.app_id
-        final["tony.executor.python"] = self.job.task_python
-        resources["tony-final.xml"] = st.write_text("tony-final.xml", to_xml(final))
+        resources["tony-final.xml"] = st.write_text("tony-final.xml", to_xml(final_conf(self.job, self.app_id)))
         intermediate, finished = history_layout.roots(self.job.conf.get, st.home)
         spec = dataclasses.replace(self.job.spec, history_intermediate=intermediate, history_finished=finished)
         resources[SPEC_FILE] = st.write_text(SPEC_FILE, json.dumps(spec.to_dict()))
@@ -213,19 +210,14 @@ class Submission:
 
     def _user_resources(self, key: str, tmp: Path) -> list[tuple[str, Resource]]:
         """The entries of a resources key, each file once (empty and repeated entries skipped)."""
-        out, seen = [], set()
-        for entry in (self.job.conf.get(key) or "").split(","):
-            entry = entry.strip()
-            if entry and parse_resource_entry(entry) not in seen:
-                seen.add(parse_resource_entry(entry))
-                out += self._user_resource(entry, tmp, key)
-        return out
+        return [resource for entry in resource_entries(self.job.conf, key)
+                for resource in self._user_resource(*entry, tmp, key)]
 
-    def _user_resource(self, entry: str, tmp: Path, key: str) -> list[tuple[str, Resource]]:
+    def _user_resource(self, path: str, name: str | None, archive: bool, tmp: Path,
+                       key: str) -> list[tuple[str, Resource]]:
         """TonY's resource entries: remote paths are localized as they are (a remote directory
         contributes its files), local files are uploaded, local directories are zipped and
         localized as archives."""
-        path, name, archive = parse_resource_entry(entry)
         if "://" in path:
             desc = self.gw.json(f"stat {path}", self.gw.fs.describe, path)
             if desc is not None and desc.get("directory") and not archive:

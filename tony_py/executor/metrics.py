@@ -12,7 +12,6 @@ the device's), next to the current values the live views show.
 from __future__ import annotations
 
 import resource
-import shutil
 import subprocess
 import time
 
@@ -55,7 +54,8 @@ class _Series:
 
 class MetricsSampler:
     def __init__(self, gpus_wanted: bool, visible_devices: str | None = None, nvidia_smi: str | None = None):
-        self.nvidia_smi = (nvidia_smi or shutil.which("nvidia-smi")) if gpus_wanted else None
+        # where nvidia-smi is, the caller knows (executor/gpus.py find_nvidia_smi): one lookup
+        self.nvidia_smi = nvidia_smi if gpus_wanted else None
         self.devices = [d.strip() for d in (visible_devices or "").split(",") if d.strip()] or None
         self.gpu_errors = 0
         self.series = {name: _Series() for name in ("MEMORY_BYTES", "CPU_UTILIZATION", "GPU_UTILIZATION",
