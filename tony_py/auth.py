@@ -123,8 +123,9 @@ class Verifier:
                 self._last.popitem(last=False)
         return principal, seq
 
-    def sign_answer(self, nonce: tuple[str, int], status: int, body: bytes) -> str:
-        return self._mac("resp", nonce[0], str(nonce[1]), str(status), _digest(body))
+    def sign_answer(self, nonce: tuple[str, int], status: int, body: bytes, digest: str | None = None) -> str:
+        """digest: sha256 of body, when the caller has it (a large body sent many times)."""
+        return self._mac("resp", nonce[0], str(nonce[1]), str(status), digest or _digest(body))
 
     # A later AM attempt continues where this one stopped, so old requests stay refused.
     def last_seen(self) -> dict[str, int]:
@@ -213,10 +214,11 @@ def _origin(base_url: str) -> tuple[str, int]:
     return parts.hostname, parts.port or 80
 
 
-def call_json(signer: Signer, base_url: str, method: str, target: str, payload: dict | None,
-              timeout: float, keep_alive: KeepAlive | None = None) -> tuple[int, dict | None]:
-    """One signed request; returns (status, JSON answer). An answer that is not signed for this
-    request raises AuthError (never trusted, whatever it says); connection errors propagate."""
+def call_signed(signer: Signer, base_url: str, method: str, target: str, payload: dict | None,
+                timeout: float, keep_alive: KeepAlive | None = None) -> tuple[int, bytes]:
+    """One signed request; returns (status, the answer's body). An answer that is not signed for
+    this request raises UnsignedAnswer (never trusted, whatever it says); connection errors
+    propagate."""
     import http.client
     import json
 
@@ -244,6 +246,15 @@ def call_json(signer: Signer, base_url: str, method: str, target: str, payload: 
         signer.check_answer(nonce[0], status, raw, signature)
     except AuthError:
         raise UnsignedAnswer(status) from None
+    return status, raw
+
+
+def call_json(signer: Signer, base_url: str, method: str, target: str, payload: dict | None,
+              timeout: float, keep_alive: KeepAlive | None = None) -> tuple[int, dict | None]:
+    """call_signed for a JSON answer."""
+    import json
+
+    status, raw = call_signed(signer, base_url, method, target, payload, timeout, keep_alive)
     try:
         return status, (json.loads(raw) if raw else None)
     except ValueError:

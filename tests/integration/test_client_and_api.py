@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from support import PYTHON, ROOT, USER, app_id_in, clean_up, probe_records, wait_clean, wait_for
-from tony_py.auth import Signer, call_json
+from tony_py.auth import Signer, call_json, call_signed
 
 
 def test_api_obeys_only_signed_fresh_requests_and_ctrl_c_kills_the_app(cluster, probe_args, tmp_path):
@@ -41,8 +41,15 @@ def test_api_obeys_only_signed_fresh_requests_and_ctrl_c_kills_the_app(cluster, 
             for path in ("/v1/register", "/v1/result", "/v1/heartbeat", "/v1/started"):
                 resp = requests.post(f"{am}{path}", json=body, headers=headers, timeout=5)
                 assert resp.status_code == 401, (path, headers, resp.text)
-            resp = requests.get(f"{am}/v1/spec?task=worker:0&attempt=0&timeout=1", headers=headers, timeout=5)
-            assert resp.status_code == 401
+            for target in ("/v1/spec?task=worker:0&attempt=0&timeout=1", "/v1/job?task=worker:0",
+                           "/v1/src?task=worker:0"):
+                resp = requests.get(f"{am}{target}", headers=headers, timeout=5)
+                assert resp.status_code == 401 and "command" not in resp.text, (target, resp.text)
+        # what the executors fetch: the job (signed for the asker) and the small src_dir
+        status, job = call_json(signer, am, "GET", "/v1/job?task=worker:0", None, 5)
+        assert status == 200 and job["spec"]["name"] and "<configuration>" in job["final_conf"]
+        status, src = call_signed(signer, am, "GET", "/v1/src?task=worker:0", None, 5)
+        assert status == 200 and src.startswith(b"PK")
         # a correctly signed request is refused the second time: it cannot be replayed
         raw = json.dumps({"task": "worker:0", "attempt": 0, "container": "x"}).encode()
         headers, nonce = signer.sign("POST", "/v1/heartbeat", raw)

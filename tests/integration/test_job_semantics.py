@@ -1,9 +1,11 @@
 """TonY's contract on a real cluster: task environment, config layering, success/failure rules."""
 
 import json
+import os
+import shutil
 import threading
 
-from support import PYTHON, probe_records, wait_for
+from support import JOBS, PYTHON, probe_records, wait_for
 
 
 def only_line(text):
@@ -33,6 +35,12 @@ def test_tensorflow_environment(tony, probe_args, tmp_path, cluster):
     # task_params may carry credentials: the executor logs the script and an argument count
     for files in cluster.task_logs(run.app_id).values():
         assert "started pid" in files["executor.log"] and "hunter2" not in files["executor.log"]
+        # no file of this job is localized into a task container (the AM serves them, the
+        # secret is in the container's credentials), only the cached runtime and the user's files
+        links = {line.split('" "')[-1].rstrip('"') for line in files["launch_container.sh"].splitlines()
+                 if line.startswith("ln -sf")}
+        assert links <= {"tony_runtime", "vocab.txt", "data"} and "tony_runtime" in links, links
+        assert "fetched src_dir from the AM" in files["executor.log"]
     cluster_spec = json.loads(rec["chief:0"]["CLUSTER_SPEC"])
     assert sorted(cluster_spec) == ["chief", "evaluator", "ps", "worker"]
     assert [len(cluster_spec[t]) for t in ("chief", "worker", "ps", "evaluator")] == [1, 2, 1, 1]
@@ -62,16 +70,27 @@ def test_tensorflow_environment(tony, probe_args, tmp_path, cluster):
         host, port = cluster_spec[job][int(index)].rsplit(":", 1)
         assert host == r["NM_HOST"] and port.isdigit()
         assert "probe.py" in r["cwd_files"]  # src_dir unpacked into the working dir
+        assert "tony-final.xml" in r["cwd_files"]  # as in TonY's task containers
         assert "vocab.txt" in r["cwd_files"]  # tony.containers.resources: every task
         assert ("data" in r["cwd_files"]) == (job == "worker")  # tony.worker.resources: workers only
     assert "ps:0" in run.stdout and "STOPPED" in run.stdout
 
 
-def test_pytorch_environment(tony, probe_args, tmp_path):
-    run = tony(*probe_args("tony.worker.instances=2", "tony.worker.memory=512m", framework="pytorch"))
+def test_pytorch_environment(tony, probe_args, tmp_path, cluster):
+    # a src_dir too large for the AM to serve (tony_py/am/launch.py) reaches tasks through YARN
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(JOBS / "probe.py", src)
+    (src / "weights.bin").write_bytes(os.urandom(9 << 20))
+    run = tony(*probe_args("tony.worker.instances=2", "tony.worker.memory=512m", framework="pytorch"),
+               "--src_dir", str(src))
     assert run.rc == 0, run.output[-3000:]
     rec = probe_records(tmp_path)
     w0, w1 = rec["worker:0"], rec["worker:1"]
+    for files in cluster.task_logs(run.app_id).values():
+        assert '"tony_src.zip"' in files["launch_container.sh"]
+        assert "fetched src_dir" not in files["executor.log"]
+    assert all("weights.bin" in r["cwd_files"] for r in (w0, w1))
     for r in (w0, w1):
         assert r["MASTER_ADDR"] == w0["NM_HOST"]
         assert r["MASTER_PORT"] == w0["MASTER_PORT"] and r["MASTER_PORT"].isdigit()

@@ -1,16 +1,17 @@
-"""The executor's pure parts: error files, unpacking src_dir, the user's environment."""
+"""The executor's pure parts: error files, the job's files, unpacking src_dir, the user's environment."""
 
 import json
 import os
 import stat
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from tony_py.am.server import MAX_BODY
-from tony_py.executor.main import (MAX_ERROR_TEXT, MAX_TRACEBACK, Settings, UnpackError, _describe_command,
-                                   read_error_file, unpack_src, user_env)
+from tony_py.executor.main import (FINAL_CONF, MAX_ERROR_TEXT, MAX_TRACEBACK, Settings, UnpackError,
+                                   _describe_command, fetch_job_files, read_error_file, unpack_src, user_env)
 from tony_py.executor.process import tail
 
 
@@ -44,6 +45,44 @@ def _zip(path: Path, entries: list[tuple[str, bytes, int]]) -> str:
             info.external_attr = mode << 16
             zf.writestr(info, data)
     return path.name
+
+
+class SrcFromAm:
+    """The AM's side of GET /v1/src, counted."""
+
+    def __init__(self, data: bytes):
+        self.data, self.calls = data, 0
+
+    def download_src(self, task: str, dest: Path) -> int:
+        self.calls += 1
+        dest.write_bytes(self.data)
+        return len(self.data)
+
+
+def test_the_job_files_come_from_the_am_once_and_never_through_a_link(tmp_path):
+    settings = SimpleNamespace(task="worker:0", src_zip="tony_src.zip")
+    cwd = tmp_path / "container"
+    cwd.mkdir()
+    zipped = tmp_path / "made.zip"
+    _zip(zipped, [("train.py", b"print(1)", 0o100644)])
+    am = SrcFromAm(zipped.read_bytes())
+    fetch_job_files(am, settings, "<configuration/>", cwd)
+    unpack_src(settings.src_zip, cwd)
+    assert (cwd / FINAL_CONF).read_text() == "<configuration/>"  # where TonY's tasks find it
+    assert (cwd / "train.py").read_text() == "print(1)" and am.calls == 1
+    assert not list(cwd.glob(".*.part"))
+    fetch_job_files(am, settings, "<changed/>", cwd)  # an in-place restart: what is there stays
+    assert am.calls == 1 and (cwd / FINAL_CONF).read_text() == "<configuration/>"
+    # YARN localized the src_dir (too large for the AM) and a link holds the config's name:
+    # nothing fetched, nothing written through the links
+    other = tmp_path / "other"
+    other.mkdir()
+    cache = tmp_path / "nm-cache"
+    cache.mkdir()
+    (other / "tony_src.zip").symlink_to(zipped)
+    (other / FINAL_CONF).symlink_to(cache / "f.xml")
+    fetch_job_files(am, settings, "<configuration/>", other)
+    assert am.calls == 1 and list(cache.iterdir()) == []
 
 
 def test_src_dir_never_writes_through_a_localized_link(tmp_path):

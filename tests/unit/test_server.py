@@ -2,6 +2,7 @@
 signatures, replays, numbers, body limits, the connection cap and who sees what."""
 
 import json
+import os
 import socket
 import threading
 import time
@@ -11,7 +12,7 @@ import pytest
 from harness import Harness
 from tony_py.am import report
 from tony_py.am import server as server_module
-from tony_py.am.server import AmHttpServer
+from tony_py.am.server import AmHttpServer, JobFiles
 from tony_py.auth import Signer, UnsignedAnswer, Verifier, call_json
 from tony_py.executor.channel import AmChannel, RequestRefused
 
@@ -147,3 +148,29 @@ def test_anonymous_viewers_see_states_only(am):
     am.trusted_addresses = frozenset({"127.0.0.1"})  # as if this were YARN's web proxy
     proxied = raw_request(am.port, b"GET /status.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert b"hunter2" in proxied
+
+
+def test_executors_fetch_the_job_and_src_dir_signed_and_strangers_get_nothing(am, tmp_path):
+    src = tmp_path / "src.zip"
+    src.write_bytes(os.urandom(300_000))
+    job = {"spec": {"name": "j"}, "final_conf": "<configuration/>"}
+    am.job_files = JobFiles(json.dumps(job).encode(), src)
+    channel = AmChannel(am.url, am.signer, give_up_after_s=2)
+    assert channel.job("worker:0") == job
+    for _ in range(2):  # read once, served (and signed) again and again
+        dest = tmp_path / "got.zip"
+        assert channel.download_src("worker:0", dest) == 300_000 and dest.read_bytes() == src.read_bytes()
+    stranger = Signer("b2" * 32, am.signer.principal)
+    for target in ("/v1/job?task=worker:0", "/v1/src?task=worker:0"):
+        raw = raw_request(am.port, f"GET {target} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode(), 1)
+        assert raw.startswith(b"HTTP/1.1 401") and b"configuration" not in raw and len(raw) < 1000
+        with pytest.raises(UnsignedAnswer) as refused:
+            call_json(stranger, am.url, "GET", target, None, 5)
+        assert refused.value.status == 401
+    # an AM that does not serve the src_dir (YARN localized it) says so, signed: final, no retry
+    am.job_files = JobFiles(json.dumps(job).encode(), None)
+    with pytest.raises(RequestRefused, match="404"):
+        channel.download_src("worker:0", tmp_path / "none.zip")
+    am.job_files = None
+    with pytest.raises(RequestRefused, match="404"):
+        channel.job("worker:0")

@@ -6,7 +6,7 @@ import pytest
 from harness import Harness, served_cluster
 from tony_py import frameworks
 from tony_py.am.coordinator import JobState
-from tony_py.am.launch import JobMeta, TaskLauncher
+from tony_py.am.launch import JobMeta, TaskLauncher, am_serves_src
 from tony_py.am.tasks import TaskState
 from tony_py.config.build import build_job_spec
 from tony_py.config.layers import load_conf
@@ -196,3 +196,28 @@ def test_session_id_and_attempt_number_follow_the_gang_attempt(tmp_path):
     env = h.c.wait_spec("worker:0", 1, h.containers["worker:0"], 0)["env"]
     assert env["SESSION_ID"] == env["ATTEMPT_NUMBER"] == env["TONY_RESTART_ATTEMPT"] == "1"
     assert h.c.tasks["worker:0"].state == TaskState.REGISTERED
+
+
+def test_a_task_container_localizes_no_file_of_its_job_unless_too_large_for_the_am(tmp_path):
+    spec = spec_of(tmp_path, "tony.worker.instances=2")
+    h = Harness(tmp_path, "tony.worker.instances=2")
+    runtime = {"path": "hdfs:///c/rt.zip", "size": 1, "mtime": 1, "type": "ARCHIVE", "visibility": "PRIVATE"}
+    src = {"path": "hdfs:///s/src.zip", "size": 1, "mtime": 1, "type": "FILE", "visibility": "APPLICATION"}
+    served = JobMeta("app_1", "/s", "u", {"tony_runtime": runtime}, ["tony_runtime"], "/usr/bin/python3",
+                     src_zip="tony_src.zip", src_from_am=True)
+    launch = TaskLauncher(spec, served, "am", 1).build(h.c.tasks["worker:0"])
+    assert list(launch["resources"]) == ["tony_runtime"]  # cached per node: no localizer runs
+    assert launch["env"]["TONY_SRC_ZIP"] == "tony_src.zip" and launch["env"]["TONY_AM_LOST_TIMEOUT_S"] == "60"
+    assert launch["commands"] == ["/usr/bin/python3 -S -m tony_py.executor 1>><LOG_DIR>/executor.log 2>&1"]
+    localized = JobMeta("app_1", "/s", "u", {"tony_runtime": runtime, "tony_src.zip": src},
+                        ["tony_runtime", "tony_src.zip"], "python3", src_zip="tony_src.zip")
+    assert sorted(TaskLauncher(spec, localized, "am", 1).build(h.c.tasks["worker:0"])["resources"]) == [
+        "tony_runtime", "tony_src.zip"]
+
+
+@pytest.mark.parametrize("size,tasks,served", [
+    (0, 1, True), (100_000, 2000, True), (8 << 20, 32, True),  # 8 MiB to 32 tasks: 256 MiB in all
+    ((8 << 20) + 1, 1, False), (8 << 20, 33, False), (1 << 20, 257, False),
+])
+def test_the_am_serves_src_dir_while_it_costs_little(size, tasks, served):
+    assert am_serves_src(size, tasks) is served

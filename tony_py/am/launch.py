@@ -2,11 +2,16 @@
 
 The environment is TonY's contract for every task (JOB_NAME, TASK_INDEX, TASK_NUM, JOB_ID,
 appid, DISTRIBUTED_MODE, IS_CHIEF on the chief, AM_HOST, AM_PORT) plus what the executor needs
-to find the AM (its secret comes as a localized file: see tony_py/appsecret.py). Framework variables (TF_CONFIG, MASTER_ADDR, …) are not here: they depend on
-the cluster spec, which exists only once the tasks registered, and reach the executor with it.
-The task's command and shell env are not here either: YARN writes env values into a bash
-script unescaped (quotes break it, `$` expands), so the executor reads them from the localized
-tony-final.xml instead.
+to find the AM (its secret comes in the container's credentials: see tony_py/appsecret.py).
+Framework variables (TF_CONFIG, MASTER_ADDR, …) are not here: they depend on the cluster spec,
+which exists only once the tasks registered, and reach the executor with it. The task's
+command and shell env are not here either: YARN writes env values into a bash script
+unescaped (quotes break it, `$` expands), so the executor fetches the JobSpec from the AM.
+
+Localized: the runtime (cached per node across jobs), the venv and the user's resources; the
+src_dir archive only when it is too large for the AM to serve. The job's own small files
+(spec, tony-final.xml, secret) never are: a container that needs only cached files starts
+without a localizer, which is most of what YARN's own containers do not pay.
 """
 
 from __future__ import annotations
@@ -24,6 +29,15 @@ LOG_DIR = "<LOG_DIR>"
 RUNTIME_LINK = "tony_runtime"
 JAR_LINK = "tony-py.jar"
 EXECUTOR_LOG = "executor.log"
+# The AM serves the zipped src_dir when that costs it little: at most 8 MiB, and at most 256 MiB
+# sent to all the job's tasks together. A larger one is localized by YARN (read from HDFS once
+# per node, cached there), whose per-node localizer then is the smaller cost.
+AM_SRC_MAX_BYTES = 8 << 20
+AM_SRC_TOTAL_MAX_BYTES = 256 << 20
+
+
+def am_serves_src(size: int, tasks: int) -> bool:
+    return 0 <= size <= AM_SRC_MAX_BYTES and size * max(tasks, 1) <= AM_SRC_TOTAL_MAX_BYTES
 
 
 @dataclass
@@ -37,6 +51,7 @@ class JobMeta:
     task_resources: list[str]  # link names every task container gets
     task_python: str  # the interpreter that runs the executor (and, usually, the user code)
     src_zip: str | None = None  # link name of the zipped src_dir, unpacked by the executor
+    src_from_am: bool = False  # the AM serves src_zip (GET /v1/src) instead of YARN localizing it
     extra: dict = field(default_factory=dict)
 
     @classmethod
@@ -90,6 +105,7 @@ class TaskLauncher:
             AM_PORT=str(self.am_port),
             TONY_AM_URL=f"http://{self.am_host}:{self.am_port}",
             TONY_TASK=task.name,
+            TONY_AM_LOST_TIMEOUT_S=str(spec.am_lost_timeout_s),  # how long to retry the AM before the spec is in
             TONY_RUNTIME_DIR=f"{PWD}/{RUNTIME_LINK}",
             PYTHONPATH=f"{PWD}/{RUNTIME_LINK}:{PWD}/{RUNTIME_LINK}/deps",
             PYTHONUNBUFFERED="1",
@@ -113,7 +129,9 @@ class TaskLauncher:
 
     def command(self) -> str:
         python = shlex.quote(self.meta.task_python)
-        return f"{python} -m tony_py.executor 1>>{LOG_DIR}/{EXECUTOR_LOG} 2>&1"
+        # -S: the executor needs the standard library and the runtime (PYTHONPATH) only, so it
+        # skips site-packages and its .pth hooks (a node starts one executor per container).
+        return f"{python} -S -m tony_py.executor 1>>{LOG_DIR}/{EXECUTOR_LOG} 2>&1"
 
     def build(self, task: Task) -> dict:
         names = self.meta.task_resources + (self.meta.extra.get("type_resources") or {}).get(task.id.type, [])

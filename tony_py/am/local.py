@@ -70,10 +70,10 @@ class LocalProcessPort:
         workdir.mkdir(parents=True)
         log_dir.mkdir(parents=True, exist_ok=True)
         for name, resource in launch_spec.get("resources", {}).items():
-            if name == appsecret.SECRET_FILE:
-                appsecret.write(workdir / name, self.secret)
-            else:
-                (workdir / name).symlink_to(self.resolve(name, resource))
+            (workdir / name).symlink_to(self.resolve(name, resource))
+        # Where a NodeManager writes the container's credentials (with the secret the AM put
+        # there), a local process finds the secret in a file only its user can read.
+        appsecret.write(workdir / appsecret.SECRET_FILE, self.secret)
         env = dict(self.base_env)
         env.update(CONTAINER_ID=container_id, NM_HOST=self.host, LOG_DIRS=str(log_dir), PWD=str(workdir))
         script = workdir / "launch_container.sh"

@@ -209,10 +209,12 @@ def run() -> int:
     log.info("AM for %s attempt %d: %s, %d tasks", meta.app_id, am_attempt, spec.framework, len(spec.tasks()))
 
     host = os.environ.get("NM_HOST") or socket.getfqdn()
-    bridge.start(FAST_HEARTBEAT_MS)
+    bridge.start(FAST_HEARTBEAT_MS, app_secret)  # the secret goes into task containers' credentials
     store = StateStore(bridge.fs(), meta.staging_dir)
     user = os.environ.get("USER") or meta.user
+    final_conf = Path("tony-final.xml").read_text()
     am = AmRuntime(spec, meta, app_secret, host, socket.gethostbyname(host), proxy_addresses(bridge),
+                   final_conf=final_conf, src_zip=Path(meta.src_zip).resolve() if meta.src_from_am else None,
                    extra_status=lambda: {"am_attempt": am_attempt, "snapshot_current": store.current(am.coordinator),
                                          "user": user, "am_log_url": own_log_url(user)},
                    log_url=single_node_log_url(user) if spec.single_node else log_url_for(user))
@@ -221,7 +223,7 @@ def run() -> int:
         history = HistoryWriter(bridge.fs(), spec.history_intermediate, spec.history_finished, meta.app_id, am_attempt,
                                 spec.history_retention_s)
         am.events.listeners.append(history)
-        history.start(Path("tony-final.xml").read_text())
+        history.start(final_conf)
     submitted_ms = os.environ.get("APP_SUBMIT_TIME_ENV")
     if submitted_ms and am_attempt == 1:
         am.events.record(ev.SUBMITTED, f"submitted by {user}", at=int(submitted_ms) / 1000)

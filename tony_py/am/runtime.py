@@ -9,16 +9,18 @@ is DONE.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
+from pathlib import Path
 from typing import Callable
 
 from tony_py.am import report
 from tony_py.am.coordinator import Coordinator
 from tony_py.am.events import EventLog
 from tony_py.am.launch import JobMeta, TaskLauncher
-from tony_py.am.server import AmHttpServer
+from tony_py.am.server import AmHttpServer, JobFiles
 from tony_py.am.tasks import Task
 from tony_py.auth import Verifier
 from tony_py.config.spec import JobSpec
@@ -69,7 +71,10 @@ def dispatch(coordinator: Coordinator, event: dict) -> None:
 class AmRuntime:
     def __init__(self, spec: JobSpec, meta: JobMeta, secret: str, host: str, bind_ip: str,
                  trusted_addresses: frozenset[str] = frozenset(), extra_status: Callable[[], dict] = dict,
-                 log_url: Callable[[Task], str | None] = lambda t: None, events: EventLog | None = None):
+                 log_url: Callable[[Task], str | None] = lambda t: None, events: EventLog | None = None,
+                 final_conf: str = "", src_zip: Path | None = None):
+        """final_conf (tony-final.xml's text) and src_zip (the zipped src_dir, when the AM serves
+        it) are what executors fetch before registering (GET /v1/job, /v1/src)."""
         self.spec = spec
         self.meta = meta
         self.host = host
@@ -80,8 +85,10 @@ class AmRuntime:
         self.coordinator: Coordinator | None = None
         self.events = events or EventLog()
         self._launcher: TaskLauncher | None = None
+        job = json.dumps({"spec": spec.to_dict(), "final_conf": final_conf}).encode()
         self.server = AmHttpServer((bind_ip, 0), None, self.verifier, self.status,
-                                   trusted_addresses=trusted_addresses, max_connections=2 * len(spec.tasks()) + 64)
+                                   trusted_addresses=trusted_addresses, max_connections=2 * len(spec.tasks()) + 64,
+                                   job_files=JobFiles(job, src_zip))
         self.url = f"http://{host}:{self.server.port}"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, name="am-http",
                          daemon=True).start()

@@ -3,6 +3,9 @@
 - /v1/* is the executor API. Every request must be signed with the application's secret and
   be fresh (tony_py/auth.py); anything else gets 401 and changes nothing. Every answer is
   signed for the request it answers, so executors can tell the real AM from a stranger.
+  GET /v1/job and /v1/src hand an executor what the job runs (its JobSpec, tony-final.xml,
+  the zipped src_dir when small): a task container then needs no file of this job from HDFS,
+  so its node starts it without a localizer (see docs/architecture.md, "Startup").
 - /status.json and / are the job's status behind YARN's tracking URL. Full detail (hosts,
   diagnostics, stderr tails, tracebacks) goes to requests that are signed (the client) or that
   come from YARN's web proxy (which authenticates users on a secure cluster; Hadoop's AmIpFilter
@@ -20,10 +23,13 @@ seconds, and bodies need a valid Content-Length no larger than 1 MiB.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import math
 import threading
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qs
 
@@ -47,10 +53,21 @@ class BadRequest(ValueError):
     status = 400
 
 
+@dataclass(frozen=True)
+class JobFiles:
+    """What an executor fetches before it registers."""
+
+    job: bytes  # GET /v1/job: JSON {"spec": the JobSpec as a dict, "final_conf": tony-final.xml's text}
+    src_zip: Path | None = None  # GET /v1/src: the zipped src_dir, when the AM serves it
+
+
 class AmHttpServer:
     def __init__(self, address, coordinator: Coordinator | None, verifier: Verifier, status: Callable[[bool], dict],
-                 trusted_addresses: frozenset[str] = frozenset(), max_connections: int = 256):
+                 trusted_addresses: frozenset[str] = frozenset(), max_connections: int = 256,
+                 job_files: JobFiles | None = None):
         self.verifier = verifier
+        self.job_files = job_files
+        self._src: tuple[bytes, str] | None = None  # the archive and its sha256, read once
         self.status_fn = status
         self.trusted_addresses = trusted_addresses
         self.final_status_served = threading.Event()
@@ -134,6 +151,10 @@ class AmHttpServer:
                 return self._status(request, page=path in ("/", "/index.html"))
             if path == "/v1/spec":
                 return self._spec(request)
+            if path == "/v1/job":
+                return self._job(request)
+            if path == "/v1/src":
+                return self._src_zip(request)
             return _json(404, {"error": "not found"})
         if request.method != "POST":
             return _json(405, {"error": f"{request.method} is not allowed"})
@@ -177,6 +198,25 @@ class AmHttpServer:
         answer = await self._wait_spec(task, attempt, container, timeout)
         return self._signed(204, None, nonce) if answer is None else self._signed(200, answer, nonce)
 
+    def _job(self, request: Request) -> Response:
+        nonce = self._verified(request)
+        if nonce is None:
+            return _json(401, {"error": "unsigned, wrongly signed or replayed request"})
+        if self.job_files is None:
+            return self._signed(404, {"error": "this AM serves no job files"}, nonce)
+        return self._signed(200, self.job_files.job, nonce)
+
+    async def _src_zip(self, request: Request) -> Response:
+        nonce = self._verified(request)
+        if nonce is None:
+            return _json(401, {"error": "unsigned, wrongly signed or replayed request"})
+        if self.job_files is None or self.job_files.src_zip is None:
+            return self._signed(404, {"error": "this AM does not serve the src_dir"}, nonce)
+        if self._src is None:
+            self._src = await self.http.in_thread(_read_with_digest, self.job_files.src_zip)
+        body, digest = self._src
+        return self._signed(200, body, nonce, content_type="application/zip", digest=digest)
+
     def _verified(self, request: Request) -> tuple[str, int] | None:
         """The request's nonce if it is signed with the app secret and fresh, else None."""
         try:
@@ -193,7 +233,8 @@ class AmHttpServer:
             return nonce is not None, nonce
         return request.peer in self.trusted_addresses, None
 
-    def _signed(self, status: int, payload, nonce, content_type: str = "application/json") -> Response:
+    def _signed(self, status: int, payload, nonce, content_type: str = "application/json",
+                digest: str | None = None) -> Response:
         if isinstance(payload, bytes):
             body = payload
         elif payload is None:
@@ -202,7 +243,7 @@ class AmHttpServer:
             body = payload.to_json_bytes()
         else:
             body = json.dumps(payload).encode()
-        headers = ((RESPONSE_HEADER, self.verifier.sign_answer(nonce, status, body)),) if nonce is not None else ()
+        headers = ((RESPONSE_HEADER, self.verifier.sign_answer(nonce, status, body, digest)),) if nonce is not None else ()
         return Response(status, body, content_type, headers)
 
     def _route(self, path: str, body: dict) -> dict | None:
@@ -239,6 +280,11 @@ class AmHttpServer:
                 metrics=_metrics(body),
             )
         return None
+
+
+def _read_with_digest(path: Path) -> tuple[bytes, str]:
+    body = path.read_bytes()
+    return body, hashlib.sha256(body).hexdigest()
 
 
 def _json(status: int, payload: dict) -> Response:

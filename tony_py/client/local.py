@@ -18,7 +18,6 @@ none.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import shutil
 import stat
@@ -36,7 +35,6 @@ from tony_py.client.job import JobStatus
 from tony_py.client.prepare import SRC_LINK, VENV_LINK, PreparedJob, final_conf, is_remote, resource_entries
 from tony_py.client.staging import RUNTIME_PACKAGES, package_root, zip_src_dir
 from tony_py.config import checks
-from tony_py.config.spec import SPEC_FILE
 from tony_py.config.xmlconf import to_xml
 from tony_py.errors import UsageError
 
@@ -137,12 +135,8 @@ def stage_locally(prepared: PreparedJob, app_id: str, workdir: Path) -> JobMeta:
                 raise UsageError(f"{key}: {path} does not exist")
             name = checks.link_name(key, name or local.name)
             add(name, _unpack(local, res / f"unpacked-{name}") if archive else local.resolve(), links)
-    (res / "tony-final.xml").write_text(to_xml(final_conf(prepared, app_id)))
-    add("tony-final.xml", res / "tony-final.xml", task_links)
-    (res / SPEC_FILE).write_text(json.dumps(spec.to_dict()))
-    add(SPEC_FILE, res / SPEC_FILE, task_links)
-    resources[appsecret.SECRET_FILE] = {"path": ""}  # written into each container by the port, 0600
-    task_links.append(appsecret.SECRET_FILE)
+    # The spec and tony-final.xml come from the AM (GET /v1/job) and the secret from the port,
+    # as on a cluster.
     return JobMeta(app_id=app_id, staging_dir=str(workdir), user=getpass.getuser(), resources=resources,
                    task_resources=task_links, task_python=prepared.task_python, src_zip=src_zip,
                    extra={"type_resources": {k: v for k, v in type_links.items() if v}})
@@ -253,7 +247,8 @@ def start_local(prepared: PreparedJob, env: dict[str, str] | None = None) -> Loc
     secret = appsecret.generate()
     logs = workdir / "logs"
     am = AmRuntime(prepared.spec, meta, secret, HOST, HOST, log_url=lambda t: (
-        f"file://{logs / t.last_container.id}" if t.last_container else None))
+        f"file://{logs / t.last_container.id}" if t.last_container else None),
+        final_conf=to_xml(final_conf(prepared, app_id)))
     if prepared.spec.gpu_assignment == "auto":
         # a task sees the GPUs it was given (its launch env names them) and no others
         env["CUDA_VISIBLE_DEVICES"] = ""

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from tony_py import appsecret, paths
-from tony_py.am.launch import JAR_LINK, RUNTIME_LINK, JobMeta, docker_env, needs_hadoop_in_task
+from tony_py.am.launch import JAR_LINK, RUNTIME_LINK, JobMeta, am_serves_src, docker_env, needs_hadoop_in_task
 from tony_py.bridge import jvm
 from tony_py.bridge.interrupts import guard
 from tony_py.client import timeline
@@ -153,7 +153,7 @@ class Submission:
                 resources[VENV_LINK] = st.upload_cached(venv, f"venv-{sha256_file(venv)[:20]}.zip", "ARCHIVE")
             task_links.append(VENV_LINK)
 
-        src_zip = None
+        src_zip, src_from_am = None, False
         if args.src_dir:
             if "://" in args.src_dir:
                 resources[SRC_LINK] = st.remote(args.src_dir, "FILE")
@@ -162,7 +162,11 @@ class Submission:
                 local = src if src.is_file() else zip_src_dir(src, tmp / "src.zip")
                 resources[SRC_LINK] = st.upload_private(local, f"tony_src_{self.app_id}.zip")
             src_zip = SRC_LINK
-            task_links.append(SRC_LINK)
+            # A single-node job's AM runs the task in its own container, which localizes it anyway.
+            src_from_am = not self.job.spec.single_node and am_serves_src(resources[SRC_LINK].size,
+                                                                            len(self.job.spec.tasks()))
+            if not src_from_am:
+                task_links.append(SRC_LINK)
 
         for link, res in self._user_resources("tony.containers.resources", tmp):
             resources[link] = res
@@ -189,9 +193,12 @@ class Submission:
             staging_dir=st.staging_dir,
             user=getpass.getuser(),
             resources={},
-            task_resources=task_links + ["tony-final.xml", SPEC_FILE, appsecret.SECRET_FILE],
+            # The job's spec, tony-final.xml and secret reach task containers from the AM, not
+            # by localization (tony_py/am/launch.py).
+            task_resources=task_links,
             task_python=self.job.task_python,
             src_zip=src_zip,
+            src_from_am=src_from_am,
             extra={"hdfs_classpath": hdfs_cp, "type_resources": type_links,
                    "hadoop_classpath": self._application_classpath()},
         )
@@ -248,6 +255,8 @@ class Submission:
                         for k in (JAR_LINK, RUNTIME_LINK, "tony-final.xml", SPEC_FILE, "tony-job.json",
                                   appsecret.SECRET_FILE)}
         am_resources.update({name: resources[name].to_json() for name in self.job.hadoop_conf_files})
+        if meta.src_from_am:  # served to the executors from the AM's copy
+            am_resources[SRC_LINK] = resources[SRC_LINK].to_json()
         if spec.single_node:  # the AM's container runs the task: it needs the task's files too
             am_resources.update(meta.resources)
         java_opts = " ".join([AM_HEAP, *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS])

@@ -8,11 +8,12 @@ anything but the job's AM is treated like no answer at all.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import urllib.parse
 
-from tony_py.auth import AuthError, KeepAlive, Signer, UnsignedAnswer, call_json
+from tony_py.auth import AuthError, KeepAlive, Signer, UnsignedAnswer, call_signed
 
 log = logging.getLogger("tony.executor.channel")
 
@@ -40,15 +41,24 @@ class AmChannel:
     def call(self, method: str, target: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, dict | None]:
         """Retries failed connections, server errors and unsigned or garbled answers until the AM
         has been silent for give_up_after_s. A signed client error is final."""
+        status, raw = self.call_raw(method, target, body, timeout)
+        return status, _json(raw)
+
+    def call_raw(self, method: str, target: str, body: dict | None = None,
+                 timeout: float = 10.0) -> tuple[int, bytes]:
+        """call, for an answer that need not be JSON (the src_dir archive)."""
         delay = 0.2
         while True:
             try:
-                status, answer = call_json(self.signer, self.base_url, method, target, body, timeout,
-                                           keep_alive=self.connection)
+                status, raw = call_signed(self.signer, self.base_url, method, target, body, timeout,
+                                          keep_alive=self.connection)
                 self.last_contact = time.monotonic()
                 if status < 400:
-                    return status, answer
-                detail = str((answer or {}).get("error", ""))[:300]
+                    return status, raw
+                try:
+                    detail = str((_json(raw) or {}).get("error", ""))[:300]
+                except (ValueError, AttributeError):
+                    detail = ""
                 if status < 500:
                     raise RequestRefused(status, detail)
                 error: Exception = RuntimeError(f"HTTP {status}: {detail}")
@@ -69,7 +79,28 @@ class AmChannel:
         _, answer = self.call("POST", path, body)
         return answer or {}
 
+    def job(self, task: str) -> dict:
+        """What the job runs (its JobSpec and tony-final.xml): served by the AM, so a task
+        container localizes no file of this job."""
+        _, answer = self.call("GET", "/v1/job?" + urllib.parse.urlencode({"task": task}))
+        if not isinstance(answer, dict) or not isinstance(answer.get("spec"), dict):
+            raise ValueError("the AM's job answer has no spec")
+        return answer
+
+    def download_src(self, task: str, dest) -> int:
+        """The zipped src_dir, from the AM, into dest; its size."""
+        _, raw = self.call_raw("GET", "/v1/src?" + urllib.parse.urlencode({"task": task}), timeout=120.0)
+        dest.write_bytes(raw)
+        return len(raw)
+
     def wait_spec(self, task: str, attempt: int, container: str, timeout: float = 20.0) -> dict | None:
         query = urllib.parse.urlencode({"task": task, "attempt": attempt, "container": container, "timeout": timeout})
         status, answer = self.call("GET", f"/v1/spec?{query}", timeout=timeout + 10)
         return answer if status == 200 else None
+
+
+def _json(raw: bytes):
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        raise ValueError("a signed answer that is not JSON") from None

@@ -12,12 +12,11 @@ import json
 import logging
 import os
 import shutil
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from tony_py.config.xmlconf import read_xml
-from tony_py.errors import UsageError
+# urllib.request and the XML reader are imported where used: only GPU tasks ask the
+# NodeManager, and nvidia-smi is looked up after the user process started (~6 ms off every
+# executor's start, which a node pays once per container).
 
 log = logging.getLogger("tony.executor")
 
@@ -32,6 +31,9 @@ def nodemanager_assignment(nm_host: str | None, nm_http_port: str | None, contai
     NodeManager assigns none (no LinuxContainerExecutor), cannot be asked, or does not know it."""
     if not (nm_host and nm_http_port and container_id):
         return None
+    import urllib.error
+    import urllib.request
+
     url = f"http://{nm_host}:{nm_http_port}/ws/v1/node/resources/yarn.io%2Fgpu"
     try:
         request = urllib.request.Request(url, headers={"Accept": "application/json"})
@@ -67,6 +69,9 @@ def find_nvidia_smi(env: dict[str, str]) -> str | None:
     a file or a directory holding it), else the one on PATH, else one in YARN's default places.
     Containers get a bare PATH from the NodeManager, so an admin's non-standard location is
     only known through YARN's own setting."""
+    from tony_py.config.xmlconf import read_xml
+    from tony_py.errors import UsageError
+
     conf_dir = env.get("HADOOP_CONF_DIR")
     if conf_dir:
         try:

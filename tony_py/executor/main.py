@@ -7,8 +7,11 @@ Per gang attempt:
 An AM instruction to restart or stop can also arrive with any heartbeat; then the process group
 is killed first. If the AM stops answering, the executor kills its process group and exits.
 
-Standard library plus what the client ships with the job (defusedxml to read tony-final.xml;
-psutil, when shipped, for metrics).
+Before any of that it fetches what the job runs from the AM (GET /v1/job: the JobSpec and
+tony-final.xml; GET /v1/src: the zipped src_dir when the AM serves it), signed with the app
+secret it reads from the container's credentials (tony_py/appsecret.py).
+
+Standard library plus what the client ships with the job (psutil, when shipped, for metrics).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from tony_py import appsecret
 from tony_py.auth import Signer, Verifier
-from tony_py.config.spec import SPEC_FILE, JobSpec, TaskId
+from tony_py.config.spec import JobSpec, TaskId
 from tony_py.errors import EXECUTOR_AM_LOST, EXECUTOR_REFUSED
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.control import ControlServer
@@ -46,7 +49,9 @@ MAX_ERROR_FILE_BYTES = 64 << 20  # parsed whole up to this size, then cut field 
 MAX_ERROR_TEXT = 4000
 MAX_TRACEBACK = 16000
 # Variables that are the executor's business, not the user process's.
-_PRIVATE_ENV = ("TONY_SRC_ZIP", "TONY_RUNTIME_DIR", "TONY_RESERVE_TB_PORT")
+_PRIVATE_ENV = ("TONY_SRC_ZIP", "TONY_RUNTIME_DIR", "TONY_RESERVE_TB_PORT", "TONY_AM_LOST_TIMEOUT_S")
+FINAL_CONF = "tony-final.xml"
+DEFAULT_AM_LOST_TIMEOUT_S = 60.0  # tony.task.executor.am-lost-timeout-sec's default
 
 
 @dataclass
@@ -73,15 +78,14 @@ class Settings:
     gpu_assignment: str = "auto"
 
     @classmethod
-    def load(cls, env: dict, spec_file: Path) -> "Settings":
-        """From the container env (where and who) and the job spec file (what to run: YARN
-        passes env values through a shell script unescaped, so commands do not travel there)."""
-        spec = JobSpec.from_dict(json.loads(spec_file.read_text()))
+    def load(cls, env: dict, spec: JobSpec, secret: str) -> "Settings":
+        """From the container env (where and who) and the job spec the AM served (what to run:
+        YARN passes env values through a shell script unescaped, so commands do not travel there)."""
         task = TaskId.parse(env["TONY_TASK"])
         return cls(
             task=str(task),
             am_url=env["TONY_AM_URL"],
-            secret=appsecret.take(),
+            secret=secret,
             container_id=env.get("CONTAINER_ID", ""),
             command=spec.command_for(task.type),
             execution_env=dict(spec.execution_env),
@@ -471,21 +475,48 @@ class Executor:
         raise SystemExit(143)
 
 
+def fetch_job_files(channel: AmChannel, settings: Settings, final_conf: str, cwd: Path) -> None:
+    """What YARN used to localize and the AM now serves: tony-final.xml (TonY's tasks find it
+    in their working dir) and the zipped src_dir, unless YARN localized it (too large for the
+    AM) or an earlier attempt in this container already has it. Never written through a link."""
+    conf = cwd / FINAL_CONF
+    if final_conf and not conf.is_symlink() and not conf.exists():
+        conf.write_text(final_conf)
+    if settings.src_zip and not (cwd / settings.src_zip).exists() and not (cwd / settings.src_zip).is_symlink():
+        partial = cwd / f".{settings.src_zip}.part"
+        size = channel.download_src(settings.task, partial)
+        partial.rename(cwd / settings.src_zip)
+        log.info("fetched src_dir from the AM (%d bytes)", size)
+
+
 def main() -> None:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     env = dict(os.environ)
-    settings = Settings.load(env, Path(SPEC_FILE))
     cwd = Path.cwd()
-    principal = settings.container_id or settings.task
-    channel = AmChannel(settings.am_url, Signer(settings.secret, principal), give_up_after_s=settings.am_lost_timeout_s)
+    task = env["TONY_TASK"]
+    secret = appsecret.take(cwd, env)
+    principal = env.get("CONTAINER_ID") or task
+    # Until the spec is in, the AM may be lost for as long as the job allows (an AM fail-over).
+    channel = AmChannel(env["TONY_AM_URL"], Signer(secret, principal),
+                        give_up_after_s=float(env.get("TONY_AM_LOST_TIMEOUT_S") or DEFAULT_AM_LOST_TIMEOUT_S))
+    try:
+        job = channel.job(task)
+        settings = Settings.load(env, JobSpec.from_dict(job["spec"]), secret)
+    except (AmUnreachable, RequestRefused, ValueError, KeyError) as exc:
+        log.error("cannot get the job from the AM at %s: %s", env["TONY_AM_URL"], exc)
+        sys.exit(EXECUTOR_AM_LOST if isinstance(exc, AmUnreachable) else EXECUTOR_REFUSED)
+    channel.give_up_after_s = settings.am_lost_timeout_s
     control = ControlServer(env.get("NM_HOST") or socket.getfqdn(), Verifier(settings.secret), channel)
     executor = Executor(settings, channel, env, cwd, control_port=control.port)
     signal.signal(signal.SIGTERM, executor.on_sigterm)
     log.info("executor for %s in %s (pid %d)", settings.task, settings.container_id, os.getpid())
     try:
+        fetch_job_files(channel, settings, str(job.get("final_conf") or ""), cwd)
         unpack_src(settings.src_zip, cwd)
+    except (AmUnreachable, RequestRefused) as exc:
+        sys.exit(executor.report_setup_failure(0, "cannot fetch src_dir from the AM", exc))
     except (UnpackError, zipfile.BadZipFile, OSError) as exc:
         sys.exit(executor.report_setup_failure(0, "cannot unpack src_dir", exc))
     sys.exit(executor.run())

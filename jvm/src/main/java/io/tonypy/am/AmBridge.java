@@ -5,6 +5,7 @@ import io.tonypy.bridge.Json;
 import io.tonypy.bridge.LaunchSpecs;
 import java.io.IOException;
 import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
@@ -16,6 +17,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import org.apache.hadoop.io.DataOutputBuffer;
+import org.apache.hadoop.io.Text;
 import org.apache.hadoop.security.Credentials;
 import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.hadoop.security.token.Token;
@@ -91,8 +93,16 @@ public final class AmBridge {
         .toArray(new String[0]);
   }
 
-  public void start(int heartbeatMs) throws IOException {
-    taskTokens = tokensWithoutAmrm();
+  /**
+   * Alias of the application secret in each task container's credentials. The NodeManager
+   * writes them to the container's token file (HADOOP_TOKEN_FILE_LOCATION, readable by the
+   * job's user only) when it launches the container: no localization, nothing in the launch
+   * script or its logged copy. tony_py/appsecret.py reads it back.
+   */
+  public static final String APP_SECRET_ALIAS = "tony-py.app-secret";
+
+  public void start(int heartbeatMs, String appSecret) throws IOException {
+    taskTokens = taskTokens(appSecret);
     amrm = AMRMClientAsync.createAMRMClientAsync(heartbeatMs, new RmHandler());
     amrm.init(conf);
     amrm.start();
@@ -104,8 +114,8 @@ public final class AmBridge {
     nm.getClient().cleanupRunningContainersOnStop(false);
   }
 
-  /** The AM's credentials minus the AMRM token: what task containers may hold. */
-  private static ByteBuffer tokensWithoutAmrm() throws IOException {
+  /** The AM's credentials minus the AMRM token, plus the app secret: what task containers hold. */
+  private static ByteBuffer taskTokens(String appSecret) throws IOException {
     Credentials creds = UserGroupInformation.getCurrentUser().getCredentials();
     Credentials copy = new Credentials(creds);
     // getAllTokens() is a live view of the token map (the distributed-shell AM relies on it).
@@ -115,8 +125,9 @@ public final class AmBridge {
         it.remove();
       }
     }
+    copy.addSecretKey(new Text(APP_SECRET_ALIAS), appSecret.getBytes(StandardCharsets.UTF_8));
     DataOutputBuffer dob = new DataOutputBuffer();
-    copy.writeTokenStorageToStream(dob);
+    copy.writeTokenStorageToStream(dob);  // Hadoop's WRITABLE format, what NodeManagers write back
     return ByteBuffer.wrap(dob.getData(), 0, dob.getLength());
   }
 
