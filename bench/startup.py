@@ -145,7 +145,7 @@ def main() -> int:
         (tmp / "src" / "task.py").write_text(TASK)
         # Warm-up: the runtime and jar land in every NodeManager's cache, as after any earlier job
         # of this version (8 GB workers on 12 GB nodes: one per node). Measured runs then pay
-        # only what every job pays: localizing its own files.
+        # only what every job pays (its own files come from the AM: no localizer runs).
         run_tony(state, workdir, 2, tmp, -1, memory="8g")
         for workers in opts.workers:
             floors, tonys = [], []

@@ -67,8 +67,9 @@ def take(cwd: Path | None = None, env: dict | None = None) -> str:
 
 
 # ---- Hadoop's token storage file -------------------------------------------------------------
-# Written by Credentials.writeTokenStorageToStream in its default WRITABLE format (what a
-# NodeManager writes for every container, Hadoop 2 and 3):
+# Written by Credentials.writeTokenStorageToStream in its default WRITABLE format, what a
+# NodeManager writes for every container (Hadoop 2 and the 3.x releases this jar runs on; only
+# 3.0.0's pre-releases defaulted to the protobuf format 1, which is refused by name):
 #   "HDTS", version byte 0, vint #tokens, then per token: Text alias, bytes identifier,
 #   bytes password, Text kind, Text service; vint #secret keys, then per key: Text alias,
 #   bytes value. Text and bytes are a vint length and that many bytes; a vint is Hadoop's

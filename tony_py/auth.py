@@ -1,7 +1,7 @@
 """Signed, non-replayable HTTP between the AM, its executors and the client.
 
-Every process of a job shares one per-application secret (tony_py/appsecret.py). It is never
-sent anywhere: each request carries an HMAC-SHA256 of what it says, and each answer an HMAC
+Every process of a job shares one per-application secret (tony_py/appsecret.py). This channel
+never carries it: each request carries an HMAC-SHA256 of what it says, and each answer an HMAC
 bound to that request, so
 
 - the AM obeys only requests made with the secret, each at most once (a per-sender sequence

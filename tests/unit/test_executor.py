@@ -10,8 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from tony_py.am.server import MAX_BODY
+from tony_py.config.spec import SPEC_FILE
 from tony_py.executor.main import (FINAL_CONF, MAX_ERROR_TEXT, MAX_TRACEBACK, Settings, UnpackError,
-                                   _describe_command, fetch_job_files, read_error_file, unpack_src, user_env)
+                                   _describe_command, fetch_job_files, load_job, read_error_file, unpack_src,
+                                   user_env)
 from tony_py.executor.process import tail
 
 
@@ -71,7 +73,7 @@ def test_the_job_files_come_from_the_am_once_and_never_through_a_link(tmp_path):
     assert (cwd / FINAL_CONF).read_text() == "<configuration/>"  # where TonY's tasks find it
     assert (cwd / "train.py").read_text() == "print(1)" and am.calls == 1
     assert not list(cwd.glob(".*.part"))
-    fetch_job_files(am, settings, "<changed/>", cwd)  # an in-place restart: what is there stays
+    fetch_job_files(am, settings, "<changed/>", cwd)  # once there, nothing is fetched or written again
     assert am.calls == 1 and (cwd / FINAL_CONF).read_text() == "<configuration/>"
     # YARN localized the src_dir (too large for the AM) and a link holds the config's name:
     # nothing fetched, nothing written through the links
@@ -83,6 +85,17 @@ def test_the_job_files_come_from_the_am_once_and_never_through_a_link(tmp_path):
     (other / FINAL_CONF).symlink_to(cache / "f.xml")
     fetch_job_files(am, settings, "<configuration/>", other)
     assert am.calls == 1 and list(cache.iterdir()) == []
+
+
+def test_on_a_kerberos_cluster_the_job_comes_from_its_localized_files(tmp_path):
+    class NoAm:
+        def job(self, task):
+            raise AssertionError("the AM must not be asked")
+
+    (tmp_path / SPEC_FILE).write_text(json.dumps({"name": "x"}))
+    assert load_job(NoAm(), tmp_path, "worker:0") == {"spec": {"name": "x"}, "final_conf": None}
+    fetch_job_files(NoAm(), SimpleNamespace(task="worker:0", src_zip=None), None, tmp_path)
+    assert not (tmp_path / FINAL_CONF).exists()  # YARN would have linked it; nothing invented
 
 
 def test_src_dir_never_writes_through_a_localized_link(tmp_path):

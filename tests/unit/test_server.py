@@ -174,3 +174,30 @@ def test_executors_fetch_the_job_and_src_dir_signed_and_strangers_get_nothing(am
     am.job_files = None
     with pytest.raises(RequestRefused, match="404"):
         channel.job("worker:0")
+
+
+def test_a_gang_fetching_the_src_dir_at_once_gets_it_whole(am, tmp_path):
+    """Sent with sendfile, not copied per client: every one of them gets every byte, and the
+    connection goes on serving (keep-alive) after it."""
+    src = tmp_path / "src.zip"
+    src.write_bytes(os.urandom(3 << 20))
+    # the fixture's server takes 3 connections; a gang needs more
+    srv = AmHttpServer(("127.0.0.1", 0), am.h.c, Verifier(SECRET), lambda trusted: {}, max_connections=64,
+                       job_files=JobFiles(b'{"spec": {}, "final_conf": ""}', src))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    results = {}
+
+    def fetch(i):
+        channel = AmChannel(f"http://127.0.0.1:{srv.port}", Signer(SECRET, f"container_{i}"), give_up_after_s=5)
+        dest = tmp_path / f"got-{i}.zip"
+        size = channel.download_src("worker:0", dest)
+        results[i] = (size, dest.read_bytes() == src.read_bytes(), channel.job("worker:0")["spec"])
+
+    threads = [threading.Thread(target=fetch, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    srv.shutdown()
+    srv.server_close()
+    assert results == {i: (3 << 20, True, {}) for i in range(12)}

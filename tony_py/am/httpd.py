@@ -31,6 +31,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
+from pathlib import Path
 from typing import Awaitable, Callable
 
 log = logging.getLogger("tony.am.httpd")
@@ -65,6 +66,10 @@ class Response:
     body: bytes = b""
     content_type: str = "application/json"
     headers: tuple[tuple[str, str], ...] = ()
+    # Instead of body: a file of file_size bytes, sent with sendfile after the head (no copy of
+    # it in this process, however many clients fetch it at once).
+    file: Path | None = None
+    file_size: int = 0
 
 
 # A handler answers at once (a Response) or later (an awaitable of one: a long-poll, a page
@@ -129,13 +134,14 @@ _STATUS_LINES = {code.value: f"HTTP/1.1 {code.value} {code.phrase}\r\n" for code
 
 
 def render(response: Response, keep_alive: bool) -> bytes:
+    length = response.file_size if response.file is not None else len(response.body)
     head = (_STATUS_LINES.get(response.status) or f"HTTP/1.1 {response.status} Unknown\r\n") \
-        + f"Content-Type: {response.content_type}\r\nContent-Length: {len(response.body)}\r\nCache-Control: no-store\r\n"
+        + f"Content-Type: {response.content_type}\r\nContent-Length: {length}\r\nCache-Control: no-store\r\n"
     for name, value in response.headers:
         head += f"{name}: {value}\r\n"
     if not keep_alive:
         head += "Connection: close\r\n"
-    return (head + "\r\n").encode("latin-1") + response.body
+    return (head + "\r\n").encode("latin-1") + (response.body if response.file is None else b"")
 
 
 def error_response(status: int, message: str) -> Response:
@@ -325,6 +331,25 @@ class _Connection(asyncio.Protocol):
         if self.transport.is_closing():
             return
         self.transport.write(render(response, keep_alive))
+        if response.file is not None:
+            self.task = self.loop.create_task(self._send_file(response.file, keep_alive))
+            return
+        self._written(keep_alive)
+
+    async def _send_file(self, path: Path, keep_alive: bool) -> None:
+        try:
+            with open(path, "rb") as f:
+                await self.loop.sendfile(self.transport, f)
+        except (OSError, RuntimeError) as exc:  # the client went away (or the file did): no framing left
+            log.warning("sending %s failed: %s", path.name, exc)
+            self.transport.abort()
+            return
+        self.task = None
+        if not self.transport.is_closing():
+            self._written(keep_alive)
+
+    def _written(self, keep_alive: bool) -> None:
+        """The answer is out: close, or take the next request."""
         if not keep_alive:
             self._linger()
             return

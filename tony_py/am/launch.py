@@ -8,10 +8,13 @@ which exists only once the tasks registered, and reach the executor with it. The
 command and shell env are not here either: YARN writes env values into a bash script
 unescaped (quotes break it, `$` expands), so the executor fetches the JobSpec from the AM.
 
-Localized: the runtime (cached per node across jobs), the venv and the user's resources; the
-src_dir archive only when it is too large for the AM to serve. The job's own small files
-(spec, tony-final.xml, secret) never are: a container that needs only cached files starts
-without a localizer, which is most of what YARN's own containers do not pay.
+Localized: the runtime (cached per node across jobs), the venv and the user's resources. The
+job's own files (spec, tony-final.xml, the src_dir archive when small) come from the AM over
+the signed channel instead (GET /v1/job, /v1/src), and the secret in the container's
+credentials: a container that needs only cached files starts without a localizer, which is
+most of what YARN's own containers do not pay. Not on a Kerberos cluster: the channel is signed,
+not encrypted, and there the job's files keep the protection HDFS and YARN give them
+(JobMeta.files_from_am).
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class JobMeta:
     task_resources: list[str]  # link names every task container gets
     task_python: str  # the interpreter that runs the executor (and, usually, the user code)
     src_zip: str | None = None  # link name of the zipped src_dir, unpacked by the executor
+    files_from_am: bool = False  # the AM serves the spec and tony-final.xml (GET /v1/job): not localized
     src_from_am: bool = False  # the AM serves src_zip (GET /v1/src) instead of YARN localizing it
     extra: dict = field(default_factory=dict)
 

@@ -214,7 +214,8 @@ def run() -> int:
     user = os.environ.get("USER") or meta.user
     final_conf = Path("tony-final.xml").read_text()
     am = AmRuntime(spec, meta, app_secret, host, socket.gethostbyname(host), proxy_addresses(bridge),
-                   final_conf=final_conf, src_zip=Path(meta.src_zip).resolve() if meta.src_from_am else None,
+                   final_conf=final_conf if meta.files_from_am else None,
+                   src_zip=Path(meta.src_zip).resolve() if meta.src_from_am else None,
                    extra_status=lambda: {"am_attempt": am_attempt, "snapshot_current": store.current(am.coordinator),
                                          "user": user, "am_log_url": own_log_url(user)},
                    log_url=single_node_log_url(user) if spec.single_node else log_url_for(user))

@@ -72,9 +72,9 @@ class AmRuntime:
     def __init__(self, spec: JobSpec, meta: JobMeta, secret: str, host: str, bind_ip: str,
                  trusted_addresses: frozenset[str] = frozenset(), extra_status: Callable[[], dict] = dict,
                  log_url: Callable[[Task], str | None] = lambda t: None, events: EventLog | None = None,
-                 final_conf: str = "", src_zip: Path | None = None):
-        """final_conf (tony-final.xml's text) and src_zip (the zipped src_dir, when the AM serves
-        it) are what executors fetch before registering (GET /v1/job, /v1/src)."""
+                 final_conf: str | None = None, src_zip: Path | None = None):
+        """final_conf (tony-final.xml's text) and src_zip (the zipped src_dir) are what executors
+        fetch before registering (GET /v1/job, /v1/src), when the AM serves them (not None)."""
         self.spec = spec
         self.meta = meta
         self.host = host
@@ -85,10 +85,11 @@ class AmRuntime:
         self.coordinator: Coordinator | None = None
         self.events = events or EventLog()
         self._launcher: TaskLauncher | None = None
-        job = json.dumps({"spec": spec.to_dict(), "final_conf": final_conf}).encode()
+        job_files = None if final_conf is None else JobFiles(
+            json.dumps({"spec": spec.to_dict(), "final_conf": final_conf}).encode(), src_zip)
         self.server = AmHttpServer((bind_ip, 0), None, self.verifier, self.status,
                                    trusted_addresses=trusted_addresses, max_connections=2 * len(spec.tasks()) + 64,
-                                   job_files=JobFiles(job, src_zip))
+                                   job_files=job_files)
         self.url = f"http://{host}:{self.server.port}"
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, name="am-http",
                          daemon=True).start()

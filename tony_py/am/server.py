@@ -5,7 +5,9 @@
   signed for the request it answers, so executors can tell the real AM from a stranger.
   GET /v1/job and /v1/src hand an executor what the job runs (its JobSpec, tony-final.xml,
   the zipped src_dir when small): a task container then needs no file of this job from HDFS,
-  so its node starts it without a localizer (see docs/architecture.md, "Startup").
+  so its node starts it without a localizer (docs/architecture.md, "Start-up, measured against
+  YARN's own floor"). Not on a Kerberos cluster: there this AM serves no job files (the channel
+  is signed, not encrypted) and YARN localizes them.
 - /status.json and / are the job's status behind YARN's tracking URL. Full detail (hosts,
   diagnostics, stderr tails, tracebacks) goes to requests that are signed (the client) or that
   come from YARN's web proxy (which authenticates users on a secure cluster; Hadoop's AmIpFilter
@@ -67,7 +69,7 @@ class AmHttpServer:
                  job_files: JobFiles | None = None):
         self.verifier = verifier
         self.job_files = job_files
-        self._src: tuple[bytes, str] | None = None  # the archive and its sha256, read once
+        self._src: tuple[int, str] | None = None  # the archive's size and sha256, read once
         self.status_fn = status
         self.trusted_addresses = trusted_addresses
         self.final_status_served = threading.Event()
@@ -212,10 +214,13 @@ class AmHttpServer:
             return _json(401, {"error": "unsigned, wrongly signed or replayed request"})
         if self.job_files is None or self.job_files.src_zip is None:
             return self._signed(404, {"error": "this AM does not serve the src_dir"}, nonce)
+        path = self.job_files.src_zip
         if self._src is None:
-            self._src = await self.http.in_thread(_read_with_digest, self.job_files.src_zip)
-        body, digest = self._src
-        return self._signed(200, body, nonce, content_type="application/zip", digest=digest)
+            self._src = await self.http.in_thread(_size_and_digest, path)
+        size, digest = self._src
+        signature = self.verifier.sign_answer(nonce, 200, b"", digest)
+        return Response(200, content_type="application/zip", headers=((RESPONSE_HEADER, signature),),
+                        file=path, file_size=size)
 
     def _verified(self, request: Request) -> tuple[str, int] | None:
         """The request's nonce if it is signed with the app secret and fresh, else None."""
@@ -233,8 +238,7 @@ class AmHttpServer:
             return nonce is not None, nonce
         return request.peer in self.trusted_addresses, None
 
-    def _signed(self, status: int, payload, nonce, content_type: str = "application/json",
-                digest: str | None = None) -> Response:
+    def _signed(self, status: int, payload, nonce, content_type: str = "application/json") -> Response:
         if isinstance(payload, bytes):
             body = payload
         elif payload is None:
@@ -243,7 +247,7 @@ class AmHttpServer:
             body = payload.to_json_bytes()
         else:
             body = json.dumps(payload).encode()
-        headers = ((RESPONSE_HEADER, self.verifier.sign_answer(nonce, status, body, digest)),) if nonce is not None else ()
+        headers = ((RESPONSE_HEADER, self.verifier.sign_answer(nonce, status, body)),) if nonce is not None else ()
         return Response(status, body, content_type, headers)
 
     def _route(self, path: str, body: dict) -> dict | None:
@@ -282,9 +286,11 @@ class AmHttpServer:
         return None
 
 
-def _read_with_digest(path: Path) -> tuple[bytes, str]:
-    body = path.read_bytes()
-    return body, hashlib.sha256(body).hexdigest()
+def _size_and_digest(path: Path) -> tuple[int, str]:
+    """What an answer sending the file is signed with (the file itself is sent by sendfile)."""
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+        return f.tell(), digest
 
 
 def _json(status: int, payload: dict) -> Response:

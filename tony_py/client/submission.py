@@ -153,6 +153,9 @@ class Submission:
                 resources[VENV_LINK] = st.upload_cached(venv, f"venv-{sha256_file(venv)[:20]}.zip", "ARCHIVE")
             task_links.append(VENV_LINK)
 
+        # Served by the AM over its signed (not encrypted) channel, unless the cluster is
+        # Kerberized: then they keep what HDFS and YARN protect them with (tony_py/am/launch.py).
+        files_from_am = not self.gw.call("check the cluster's authentication", self.gw.bridge.securityEnabled)
         src_zip, src_from_am = None, False
         if args.src_dir:
             if "://" in args.src_dir:
@@ -163,8 +166,8 @@ class Submission:
                 resources[SRC_LINK] = st.upload_private(local, f"tony_src_{self.app_id}.zip")
             src_zip = SRC_LINK
             # A single-node job's AM runs the task in its own container, which localizes it anyway.
-            src_from_am = not self.job.spec.single_node and am_serves_src(resources[SRC_LINK].size,
-                                                                            len(self.job.spec.tasks()))
+            src_from_am = files_from_am and not self.job.spec.single_node and am_serves_src(
+                resources[SRC_LINK].size, len(self.job.spec.tasks()))
             if not src_from_am:
                 task_links.append(SRC_LINK)
 
@@ -193,11 +196,12 @@ class Submission:
             staging_dir=st.staging_dir,
             user=getpass.getuser(),
             resources={},
-            # The job's spec, tony-final.xml and secret reach task containers from the AM, not
-            # by localization (tony_py/am/launch.py).
-            task_resources=task_links,
+            # The secret reaches task containers in their credentials, the spec and
+            # tony-final.xml from the AM or, on a Kerberos cluster, by localization.
+            task_resources=task_links + ([] if files_from_am else ["tony-final.xml", SPEC_FILE]),
             task_python=self.job.task_python,
             src_zip=src_zip,
+            files_from_am=files_from_am,
             src_from_am=src_from_am,
             extra={"hdfs_classpath": hdfs_cp, "type_resources": type_links,
                    "hadoop_classpath": self._application_classpath()},

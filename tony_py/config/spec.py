@@ -1,8 +1,9 @@
 """The validated job spec: everything a job is, as the client, the AM and every executor see it.
 
 `build.build_job_spec` makes it from the merged configuration (naming the offending key on
-every error); it travels to the AM and the executors as `tony-spec.json`, a checked round trip
-(config/model.py) that refuses anything it does not know.
+every error); it travels to the AM as `tony-spec.json` (and from the AM to the executors, or
+localized beside them on a Kerberos cluster), a checked round trip (config/model.py) that
+refuses anything it does not know.
 """
 
 from __future__ import annotations

@@ -41,12 +41,14 @@ class AmChannel:
     def call(self, method: str, target: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, dict | None]:
         """Retries failed connections, server errors and unsigned or garbled answers until the AM
         has been silent for give_up_after_s. A signed client error is final."""
-        status, raw = self.call_raw(method, target, body, timeout)
-        return status, _json(raw)
+        return self._call(method, target, body, timeout, _json)
 
     def call_raw(self, method: str, target: str, body: dict | None = None,
                  timeout: float = 10.0) -> tuple[int, bytes]:
         """call, for an answer that need not be JSON (the src_dir archive)."""
+        return self._call(method, target, body, timeout, bytes)
+
+    def _call(self, method: str, target: str, body: dict | None, timeout: float, parse):
         delay = 0.2
         while True:
             try:
@@ -54,7 +56,7 @@ class AmChannel:
                                           keep_alive=self.connection)
                 self.last_contact = time.monotonic()
                 if status < 400:
-                    return status, raw
+                    return status, parse(raw)
                 try:
                     detail = str((_json(raw) or {}).get("error", ""))[:300]
                 except (ValueError, AttributeError):

@@ -9,9 +9,11 @@ is killed first. If the AM stops answering, the executor kills its process group
 
 Before any of that it fetches what the job runs from the AM (GET /v1/job: the JobSpec and
 tony-final.xml; GET /v1/src: the zipped src_dir when the AM serves it), signed with the app
-secret it reads from the container's credentials (tony_py/appsecret.py).
+secret it reads from the container's credentials (tony_py/appsecret.py); on a Kerberos cluster
+YARN localized those files instead.
 
-Standard library plus what the client ships with the job (psutil, when shipped, for metrics).
+Standard library plus what the client ships with the job (psutil, when shipped, for metrics;
+defusedxml to read YARN's GPU settings).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from pathlib import Path
 
 from tony_py import appsecret
 from tony_py.auth import Signer, Verifier
-from tony_py.config.spec import JobSpec, TaskId
+from tony_py.config.spec import SPEC_FILE, JobSpec, TaskId
 from tony_py.errors import EXECUTOR_AM_LOST, EXECUTOR_REFUSED
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.control import ControlServer
@@ -475,17 +477,27 @@ class Executor:
         raise SystemExit(143)
 
 
-def fetch_job_files(channel: AmChannel, settings: Settings, final_conf: str, cwd: Path) -> None:
-    """What YARN used to localize and the AM now serves: tony-final.xml (TonY's tasks find it
-    in their working dir) and the zipped src_dir, unless YARN localized it (too large for the
-    AM) or an earlier attempt in this container already has it. Never written through a link."""
+def load_job(channel: AmChannel, cwd: Path, task: str) -> dict:
+    """The job, as {"spec": JobSpec dict, "final_conf": tony-final.xml's text or None}: from the
+    AM, or from the files YARN localized on a Kerberos cluster (tony_py/am/launch.py)."""
+    spec_file = cwd / SPEC_FILE
+    if spec_file.exists():
+        return {"spec": json.loads(spec_file.read_text()), "final_conf": None}
+    return channel.job(task)
+
+
+def fetch_job_files(channel: AmChannel, settings: Settings, final_conf: str | None, cwd: Path) -> None:
+    """What the AM serves instead of YARN localizing it: tony-final.xml (TonY's tasks find it in
+    their working dir) and the zipped src_dir, unless YARN localized them (a Kerberos cluster,
+    a src_dir too large for the AM). Never written through a link."""
     conf = cwd / FINAL_CONF
-    if final_conf and not conf.is_symlink() and not conf.exists():
+    if final_conf is not None and not conf.is_symlink() and not conf.exists():
         conf.write_text(final_conf)
-    if settings.src_zip and not (cwd / settings.src_zip).exists() and not (cwd / settings.src_zip).is_symlink():
+    src = cwd / settings.src_zip if settings.src_zip else None
+    if src is not None and not src.exists() and not src.is_symlink():
         partial = cwd / f".{settings.src_zip}.part"
         size = channel.download_src(settings.task, partial)
-        partial.rename(cwd / settings.src_zip)
+        partial.rename(src)
         log.info("fetched src_dir from the AM (%d bytes)", size)
 
 
@@ -502,21 +514,28 @@ def main() -> None:
     channel = AmChannel(env["TONY_AM_URL"], Signer(secret, principal),
                         give_up_after_s=float(env.get("TONY_AM_LOST_TIMEOUT_S") or DEFAULT_AM_LOST_TIMEOUT_S))
     try:
-        job = channel.job(task)
+        job = load_job(channel, cwd, task)
         settings = Settings.load(env, JobSpec.from_dict(job["spec"]), secret)
-    except (AmUnreachable, RequestRefused, ValueError, KeyError) as exc:
-        log.error("cannot get the job from the AM at %s: %s", env["TONY_AM_URL"], exc)
-        sys.exit(EXECUTOR_AM_LOST if isinstance(exc, AmUnreachable) else EXECUTOR_REFUSED)
+    except AmUnreachable as exc:
+        log.error("cannot get the job from the AM: %s", exc)
+        sys.exit(EXECUTOR_AM_LOST)
+    except (RequestRefused, ValueError, KeyError, OSError) as exc:
+        log.error("cannot read the job (from the AM at %s): %s", env["TONY_AM_URL"], exc)
+        sys.exit(EXECUTOR_REFUSED)
     channel.give_up_after_s = settings.am_lost_timeout_s
     control = ControlServer(env.get("NM_HOST") or socket.getfqdn(), Verifier(settings.secret), channel)
     executor = Executor(settings, channel, env, cwd, control_port=control.port)
     signal.signal(signal.SIGTERM, executor.on_sigterm)
     log.info("executor for %s in %s (pid %d)", settings.task, settings.container_id, os.getpid())
     try:
-        fetch_job_files(channel, settings, str(job.get("final_conf") or ""), cwd)
+        fetch_job_files(channel, settings, job.get("final_conf"), cwd)
+    except AmUnreachable as exc:
+        log.error("lost the AM while fetching the job's files: %s", exc)
+        sys.exit(EXECUTOR_AM_LOST)
+    except (RequestRefused, OSError) as exc:
+        sys.exit(executor.report_setup_failure(0, "cannot fetch the job's files from the AM", exc))
+    try:
         unpack_src(settings.src_zip, cwd)
-    except (AmUnreachable, RequestRefused) as exc:
-        sys.exit(executor.report_setup_failure(0, "cannot fetch src_dir from the AM", exc))
     except (UnpackError, zipfile.BadZipFile, OSError) as exc:
         sys.exit(executor.report_setup_failure(0, "cannot unpack src_dir", exc))
     sys.exit(executor.run())

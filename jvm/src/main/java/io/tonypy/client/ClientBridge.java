@@ -114,6 +114,11 @@ public final class ClientBridge {
     return m;
   }
 
+  /** Whether the cluster authenticates with Kerberos (hadoop.security.authentication). */
+  public boolean securityEnabled() {
+    return UserGroupInformation.isSecurityEnabled();
+  }
+
   /** Whether the scheduler knows the queue (checked before anything is created). */
   public boolean queueExists(String queue) throws IOException, YarnException {
     return yarn.getQueueInfo(queue) != null;
