@@ -6,7 +6,7 @@ import pytest
 from harness import Harness, served_cluster
 from tony_py import frameworks
 from tony_py.am.coordinator import JobState
-from tony_py.am.launch import JobMeta, TaskLauncher, am_serves_src
+from tony_py.am.launch import JobMeta, TaskLauncher, am_serves_src, job_file_delivery
 from tony_py.am.tasks import TaskState
 from tony_py.config.build import build_job_spec
 from tony_py.config.layers import load_conf
@@ -221,3 +221,14 @@ def test_a_task_container_localizes_no_file_of_its_job_unless_too_large_for_the_
 ])
 def test_the_am_serves_src_dir_while_it_costs_little(size, tasks, served):
     assert am_serves_src(size, tasks) is served
+
+
+@pytest.mark.parametrize("kerberos,single_node,src_size,expected", [
+    (False, False, 1000, (True, True)),       # the usual case: nothing of the job is localized
+    (False, False, None, (True, False)),      # no src_dir
+    (False, False, 9 << 20, (True, False)),   # too large for the AM: YARN localizes it
+    (False, True, 1000, (True, False)),       # single node: the AM's container localizes it anyway
+    (True, False, 1000, (False, False)),      # Kerberos: the signed channel does not encrypt
+])
+def test_where_a_task_gets_its_jobs_files(kerberos, single_node, src_size, expected):
+    assert job_file_delivery(kerberos, single_node, src_size, tasks=4) == expected

@@ -43,6 +43,16 @@ def am_serves_src(size: int, tasks: int) -> bool:
     return 0 <= size <= AM_SRC_MAX_BYTES and size * max(tasks, 1) <= AM_SRC_TOTAL_MAX_BYTES
 
 
+def job_file_delivery(kerberos: bool, single_node: bool, src_size: int | None, tasks: int) -> tuple[bool, bool]:
+    """(files_from_am, src_from_am): whether the AM serves the spec and tony-final.xml, and the
+    src_dir archive, or YARN localizes them. The channel is signed, not encrypted: on a Kerberos
+    cluster they keep what HDFS and YARN protect them with. A single-node job's task runs in the
+    AM's container, which localizes its src_dir anyway."""
+    files = not kerberos
+    src = files and src_size is not None and not single_node and am_serves_src(src_size, tasks)
+    return files, src
+
+
 @dataclass
 class JobMeta:
     """What the client staged for the job (tony-job.json, localized into the AM container)."""

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from tony_py import appsecret, paths
-from tony_py.am.launch import JAR_LINK, RUNTIME_LINK, JobMeta, am_serves_src, docker_env, needs_hadoop_in_task
+from tony_py.am.launch import (JAR_LINK, RUNTIME_LINK, JobMeta, docker_env, job_file_delivery,
+                               needs_hadoop_in_task)
 from tony_py.bridge import jvm
 from tony_py.bridge.interrupts import guard
 from tony_py.client import timeline
@@ -153,10 +154,8 @@ class Submission:
                 resources[VENV_LINK] = st.upload_cached(venv, f"venv-{sha256_file(venv)[:20]}.zip", "ARCHIVE")
             task_links.append(VENV_LINK)
 
-        # Served by the AM over its signed (not encrypted) channel, unless the cluster is
-        # Kerberized: then they keep what HDFS and YARN protect them with (tony_py/am/launch.py).
-        files_from_am = not self.gw.call("check the cluster's authentication", self.gw.bridge.securityEnabled)
-        src_zip, src_from_am = None, False
+        kerberos = self.gw.call("check the cluster's authentication", self.gw.bridge.securityEnabled)
+        src_zip = None
         if args.src_dir:
             if "://" in args.src_dir:
                 resources[SRC_LINK] = st.remote(args.src_dir, "FILE")
@@ -165,11 +164,11 @@ class Submission:
                 local = src if src.is_file() else zip_src_dir(src, tmp / "src.zip")
                 resources[SRC_LINK] = st.upload_private(local, f"tony_src_{self.app_id}.zip")
             src_zip = SRC_LINK
-            # A single-node job's AM runs the task in its own container, which localizes it anyway.
-            src_from_am = files_from_am and not self.job.spec.single_node and am_serves_src(
-                resources[SRC_LINK].size, len(self.job.spec.tasks()))
-            if not src_from_am:
-                task_links.append(SRC_LINK)
+        files_from_am, src_from_am = job_file_delivery(kerberos, self.job.spec.single_node,
+                                                       resources[SRC_LINK].size if src_zip else None,
+                                                       len(self.job.spec.tasks()))
+        if src_zip and not src_from_am:
+            task_links.append(SRC_LINK)
 
         for link, res in self._user_resources("tony.containers.resources", tmp):
             resources[link] = res
