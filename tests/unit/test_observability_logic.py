@@ -330,9 +330,10 @@ class FsDouble:
 def test_history_writer_streams_then_moves_to_finished(tmp_path):
     fs = FsDouble(tmp_path)
     w = HistoryWriter(fs, "/h/intermediate", "/h/finished", "application_1_0003", am_attempt=1)
+    w({"ts": 1.0, "kind": "SUBMITTED", "task": None, "message": ""})  # before the files are open: queued
     w.start("<configuration/>")
-    w({"ts": 1.0, "kind": "SUBMITTED", "task": None, "message": ""})
     w({"ts": 2.0, "kind": "STATE", "state": "RUNNING", "task": None, "message": ""})
+    assert w.opened.wait(5)
     w.flush()
     inprogress = tmp_path / "h/intermediate/application_1_0003/events.jsonl.inprogress"
     assert [json.loads(x)["kind"] for x in inprogress.read_text().splitlines()] == ["SUBMITTED", "STATE"]
@@ -353,6 +354,7 @@ def test_history_writer_never_stops_a_job(tmp_path):
     assert w.path.endswith("events-attempt2.jsonl.inprogress")
     w.start("<configuration/>")
     w({"ts": 1.0, "kind": "NOTE", "task": None, "message": ""})
+    assert w.opened.wait(5)
     w.flush()
     assert w.failed and w.finish({}) is None
 

@@ -39,6 +39,7 @@ class HistoryWriter:
         self._log = None
         self._thread: threading.Thread | None = None
         self.failed = False
+        self.opened = threading.Event()  # set once the files are open, or failed to open
 
     # ---- EventLog listener: runs under the coordinator's lock, so only a list append ----------
     def __call__(self, event: dict) -> None:
@@ -49,6 +50,13 @@ class HistoryWriter:
             self.states.append(event)
 
     def start(self, final_conf_text: str) -> None:
+        """Opens the history files in the writer's thread: the AM's first HDFS writes (the whole
+        HDFS client loads) must not stand between it and registering with the RM. Events
+        recorded meanwhile wait in the queue."""
+        self._thread = threading.Thread(target=self._loop, args=(final_conf_text,), name="am-history", daemon=True)
+        self._thread.start()
+
+    def _loop(self, final_conf_text: str) -> None:
         try:
             self._log = self.fs.openAppendLog(self.path)
             self.fs.writeText(f"{self.dir}/{layout.CONFIG}", final_conf_text, 0o600)
@@ -56,10 +64,8 @@ class HistoryWriter:
             self.failed = True
             log.warning("job history disabled: cannot write %s: %s", self.path, exc)
             return
-        self._thread = threading.Thread(target=self._loop, name="am-history", daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
+        finally:
+            self.opened.set()
         while not self._stop.wait(FLUSH_EVERY_S):
             self.flush()
 

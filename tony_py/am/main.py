@@ -32,6 +32,7 @@ from tony_py.am.runtime import Abandon, AmRuntime, placement_refused
 from tony_py.am.tasks import Task
 from tony_py.auth import AuthError, Signer, call_json
 from tony_py.bridge.gateway import java_error
+from tony_py.bridge.jvm import HDFS_CLOSE_RETRY
 from tony_py.history.summary import job_summary
 from tony_py.config.spec import SPEC_FILE, JobSpec, TaskType
 
@@ -203,6 +204,7 @@ def run() -> int:
         )
     )
     bridge = gateway.entry_point
+    bridge.defaultsUnlessConfigured(json.dumps(HDFS_CLOSE_RETRY))  # before any HDFS write
     am_attempt = bridge.attemptNumber()
     spec = load_spec(Path(SPEC_FILE))
     meta = JobMeta.from_json(json.loads(Path(JOB_META).read_text()))

@@ -27,15 +27,6 @@ from tony_py.errors import SetupError, TonyError
 
 CLIENT_HEAP = "-Xmx384m"
 
-# Closing an HDFS file waits until the NameNode has the last block; the client retries after
-# 400 ms, doubling, 5 times (HdfsClientConfigKeys.BlockWrite). A small staged file usually
-# needs one short wait, so with the default each of the job's 4-5 small files could cost
-# 0.4 s (measured: 0.42 s of 0.44 s per write). The same patience in total (~12.7 s), in
-# finer steps. Only where neither the cluster's hdfs-site.xml nor the user sets them.
-HDFS_CLOSE_RETRY = {
-    "dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "50",
-    "dfs.client.block.write.locateFollowingBlock.retries": "8",
-}
 # An unreachable ResourceManager (a wrong HADOOP_CONF_DIR, an RM that is down) kept the client
 # retrying for YARN's default 15 minutes of sleeps (30 s apart, each try itself retrying the
 # connection ~10 times), deaf to Ctrl-C, since no signal interrupts a bridge call. With 2 minutes
@@ -44,7 +35,7 @@ RM_CONNECT = {
     "yarn.resourcemanager.connect.max-wait.ms": "120000",
     "yarn.resourcemanager.connect.retry-interval.ms": "5000",
 }
-CLIENT_DEFAULTS = {**HDFS_CLOSE_RETRY, **RM_CONNECT}
+CLIENT_DEFAULTS = {**jvm.HDFS_CLOSE_RETRY, **RM_CONNECT}
 
 
 def client_properties(conf_dir: Path, conf_files: list[str], properties: dict[str, str] | None) -> dict[str, str]:

@@ -1,5 +1,6 @@
 package io.tonypy.am;
 
+import com.google.gson.JsonElement;
 import io.tonypy.bridge.FsBridge;
 import io.tonypy.bridge.Json;
 import io.tonypy.bridge.LaunchSpecs;
@@ -82,6 +83,24 @@ public final class AmBridge {
 
   public FsBridge fs() {
     return fs;
+  }
+
+  /**
+   * Hadoop settings TonY-py prefers where no site file sets them (a JSON object; the client
+   * JVM gets the same: tony_py/bridge/jvm.py says which and why). Before the first file system
+   * use: the HDFS client reads them when it is created.
+   */
+  public void defaultsUnlessConfigured(String json) {
+    org.apache.hadoop.conf.Configuration.addDefaultResource("hdfs-default.xml");
+    org.apache.hadoop.conf.Configuration.addDefaultResource("hdfs-site.xml");
+    for (Map.Entry<String, JsonElement> e : Json.parse(json).entrySet()) {
+      String[] sources = conf.getPropertySources(e.getKey());
+      boolean configured =
+          sources != null && Arrays.stream(sources).anyMatch(s -> !s.endsWith("-default.xml"));
+      if (!configured) {
+        conf.set(e.getKey(), e.getValue().getAsString(), "tony-py default");
+      }
+    }
   }
 
   /**
