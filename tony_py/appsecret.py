@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 
 SECRET_FILE = "tony-secret"
-# The secret key's alias in a task container's credentials (set by jvm/.../AmBridge.java).
+# The secret key's alias in a task container's credentials (the AM hands it to AmBridge.start).
 CREDENTIALS_ALIAS = "tony-py.app-secret"
 TOKEN_FILE_ENV = "HADOOP_TOKEN_FILE_LOCATION"
 

@@ -252,10 +252,15 @@ def call_signed(signer: Signer, base_url: str, method: str, target: str, payload
 def call_json(signer: Signer, base_url: str, method: str, target: str, payload: dict | None,
               timeout: float, keep_alive: KeepAlive | None = None) -> tuple[int, dict | None]:
     """call_signed for a JSON answer."""
+    status, raw = call_signed(signer, base_url, method, target, payload, timeout, keep_alive)
+    return status, json_answer(raw)
+
+
+def json_answer(raw: bytes):
+    """A signed answer's body as JSON (None if empty); ValueError if it is not JSON."""
     import json
 
-    status, raw = call_signed(signer, base_url, method, target, payload, timeout, keep_alive)
     try:
-        return status, (json.loads(raw) if raw else None)
+        return json.loads(raw) if raw else None
     except ValueError:
         raise ValueError("a signed answer that is not JSON") from None

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from tony_py.am.server import MAX_BODY
-from tony_py.config.spec import SPEC_FILE
-from tony_py.executor.main import (FINAL_CONF, MAX_ERROR_TEXT, MAX_TRACEBACK, Settings, UnpackError,
+from tony_py.config.spec import FINAL_CONF_FILE as FINAL_CONF, SPEC_FILE
+from tony_py.executor.main import (MAX_ERROR_TEXT, MAX_TRACEBACK, Settings, UnpackError,
                                    _describe_command, fetch_job_files, load_job, read_error_file, unpack_src,
                                    user_env)
 from tony_py.executor.process import tail

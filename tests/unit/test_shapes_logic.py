@@ -198,21 +198,13 @@ def test_session_id_and_attempt_number_follow_the_gang_attempt(tmp_path):
     assert h.c.tasks["worker:0"].state == TaskState.REGISTERED
 
 
-def test_a_task_container_localizes_no_file_of_its_job_unless_too_large_for_the_am(tmp_path):
+def test_a_task_container_starts_the_executor_bare_with_the_ams_patience(tmp_path):
     spec = spec_of(tmp_path, "tony.worker.instances=2")
     h = Harness(tmp_path, "tony.worker.instances=2")
-    runtime = {"path": "hdfs:///c/rt.zip", "size": 1, "mtime": 1, "type": "ARCHIVE", "visibility": "PRIVATE"}
-    src = {"path": "hdfs:///s/src.zip", "size": 1, "mtime": 1, "type": "FILE", "visibility": "APPLICATION"}
-    served = JobMeta("app_1", "/s", "u", {"tony_runtime": runtime}, ["tony_runtime"], "/usr/bin/python3",
-                     src_zip="tony_src.zip", src_from_am=True)
-    launch = TaskLauncher(spec, served, "am", 1).build(h.c.tasks["worker:0"])
-    assert list(launch["resources"]) == ["tony_runtime"]  # cached per node: no localizer runs
+    meta = JobMeta("app_1", "/s", "u", {}, [], "/usr/bin/python3", src_zip="tony_src.zip", src_from_am=True)
+    launch = TaskLauncher(spec, meta, "am", 1).build(h.c.tasks["worker:0"])
     assert launch["env"]["TONY_SRC_ZIP"] == "tony_src.zip" and launch["env"]["TONY_AM_LOST_TIMEOUT_S"] == "60"
     assert launch["commands"] == ["/usr/bin/python3 -S -m tony_py.executor 1>><LOG_DIR>/executor.log 2>&1"]
-    localized = JobMeta("app_1", "/s", "u", {"tony_runtime": runtime, "tony_src.zip": src},
-                        ["tony_runtime", "tony_src.zip"], "python3", src_zip="tony_src.zip")
-    assert sorted(TaskLauncher(spec, localized, "am", 1).build(h.c.tasks["worker:0"])["resources"]) == [
-        "tony_runtime", "tony_src.zip"]
 
 
 @pytest.mark.parametrize("size,tasks,served", [
@@ -224,11 +216,14 @@ def test_the_am_serves_src_dir_while_it_costs_little(size, tasks, served):
 
 
 @pytest.mark.parametrize("kerberos,single_node,src_size,expected", [
-    (False, False, 1000, (True, True)),       # the usual case: nothing of the job is localized
-    (False, False, None, (True, False)),      # no src_dir
-    (False, False, 9 << 20, (True, False)),   # too large for the AM: YARN localizes it
-    (False, True, 1000, (True, False)),       # single node: the AM's container localizes it anyway
-    (True, False, 1000, (False, False)),      # Kerberos: the signed channel does not encrypt
+    # the usual case: nothing of the job is localized (the runtime is cached per node)
+    (False, False, 1000, (True, True, [])),
+    (False, False, None, (True, False, [])),  # no src_dir
+    (False, False, 9 << 20, (True, False, ["tony_src.zip"])),  # too large for the AM
+    (False, True, 1000, (True, False, ["tony_src.zip"])),  # single node: the AM's container has it anyway
+    # Kerberos: the signed channel does not encrypt, so YARN localizes them as before
+    (True, False, 1000, (False, False, ["tony_src.zip", "tony-final.xml", "tony-spec.json"])),
 ])
 def test_where_a_task_gets_its_jobs_files(kerberos, single_node, src_size, expected):
-    assert job_file_delivery(kerberos, single_node, src_size, tasks=4) == expected
+    src_link = None if src_size is None else "tony_src.zip"
+    assert job_file_delivery(kerberos, single_node, src_link, src_size or 0, tasks=4) == expected

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from tony_py.am.gpus import visible_devices_env
 from tony_py.am.tasks import Task
-from tony_py.config.spec import TENSORBOARD_TYPE, JobSpec
+from tony_py.config.spec import FINAL_CONF_FILE, SPEC_FILE, TENSORBOARD_TYPE, JobSpec
 
 # YARN expands these in the container's launch script.
 PWD = "{{PWD}}"
@@ -43,14 +43,17 @@ def am_serves_src(size: int, tasks: int) -> bool:
     return 0 <= size <= AM_SRC_MAX_BYTES and size * max(tasks, 1) <= AM_SRC_TOTAL_MAX_BYTES
 
 
-def job_file_delivery(kerberos: bool, single_node: bool, src_size: int | None, tasks: int) -> tuple[bool, bool]:
-    """(files_from_am, src_from_am): whether the AM serves the spec and tony-final.xml, and the
-    src_dir archive, or YARN localizes them. The channel is signed, not encrypted: on a Kerberos
+def job_file_delivery(kerberos: bool, single_node: bool, src_link: str | None, src_size: int,
+                      tasks: int) -> tuple[bool, bool, list[str]]:
+    """(files_from_am, src_from_am, the job's own files task containers still localize):
+    whether the AM serves the spec and tony-final.xml, and the src_dir archive (src_link, if the
+    job has one), or YARN localizes them. The channel is signed, not encrypted: on a Kerberos
     cluster they keep what HDFS and YARN protect them with. A single-node job's task runs in the
     AM's container, which localizes its src_dir anyway."""
     files = not kerberos
-    src = files and src_size is not None and not single_node and am_serves_src(src_size, tasks)
-    return files, src
+    src = files and src_link is not None and not single_node and am_serves_src(src_size, tasks)
+    localized = ([src_link] if src_link and not src else []) + ([] if files else [FINAL_CONF_FILE, SPEC_FILE])
+    return files, src, localized
 
 
 @dataclass

@@ -34,7 +34,7 @@ from tony_py.auth import AuthError, Signer, call_json
 from tony_py.bridge.gateway import java_error
 from tony_py.bridge.jvm import HDFS_CLOSE_RETRY
 from tony_py.history.summary import job_summary
-from tony_py.config.spec import SPEC_FILE, JobSpec, TaskType
+from tony_py.config.spec import FINAL_CONF_FILE, SPEC_FILE, JobSpec, TaskType
 
 log = logging.getLogger("tony.am")
 
@@ -211,10 +211,11 @@ def run() -> int:
     log.info("AM for %s attempt %d: %s, %d tasks", meta.app_id, am_attempt, spec.framework, len(spec.tasks()))
 
     host = os.environ.get("NM_HOST") or socket.getfqdn()
-    bridge.start(FAST_HEARTBEAT_MS, app_secret)  # the secret goes into task containers' credentials
+    # the secret goes into task containers' credentials, under the alias executors look for
+    bridge.start(FAST_HEARTBEAT_MS, appsecret.CREDENTIALS_ALIAS, app_secret)
     store = StateStore(bridge.fs(), meta.staging_dir)
     user = os.environ.get("USER") or meta.user
-    final_conf = Path("tony-final.xml").read_text()
+    final_conf = Path(FINAL_CONF_FILE).read_text()
     am = AmRuntime(spec, meta, app_secret, host, socket.gethostbyname(host), proxy_addresses(bridge),
                    final_conf=final_conf if meta.files_from_am else None,
                    src_zip=Path(meta.src_zip).resolve() if meta.src_from_am else None,

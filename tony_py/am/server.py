@@ -69,7 +69,7 @@ class AmHttpServer:
                  job_files: JobFiles | None = None):
         self.verifier = verifier
         self.job_files = job_files
-        self._src: tuple[int, str] | None = None  # the archive's size and sha256, read once
+        self._src: asyncio.Future | None = None  # the archive's size and sha256, read once for all
         self.status_fn = status
         self.trusted_addresses = trusted_addresses
         self.final_status_served = threading.Event()
@@ -215,9 +215,9 @@ class AmHttpServer:
         if self.job_files is None or self.job_files.src_zip is None:
             return self._signed(404, {"error": "this AM does not serve the src_dir"}, nonce)
         path = self.job_files.src_zip
-        if self._src is None:
-            self._src = await self.http.in_thread(_size_and_digest, path)
-        size, digest = self._src
+        if self._src is None:  # a whole gang asks at once: one read, every request waits on it
+            self._src = asyncio.ensure_future(self.http.in_thread(_size_and_digest, path))
+        size, digest = await asyncio.shield(self._src)
         signature = self.verifier.sign_answer(nonce, 200, b"", digest)
         return Response(200, content_type="application/zip", headers=((RESPONSE_HEADER, signature),),
                         file=path, file_size=size)

@@ -138,7 +138,7 @@ def stage_locally(prepared: PreparedJob, app_id: str, workdir: Path) -> JobMeta:
     # The spec and tony-final.xml come from the AM (GET /v1/job) and the secret from the port,
     # as on a cluster.
     return JobMeta(app_id=app_id, staging_dir=str(workdir), user=getpass.getuser(), resources=resources,
-                   task_resources=task_links, task_python=prepared.task_python, src_zip=src_zip, files_from_am=True,
+                   task_resources=task_links, task_python=prepared.task_python, src_zip=src_zip,
                    extra={"type_resources": {k: v for k, v in type_links.items() if v}})
 
 

@@ -164,11 +164,12 @@ class Submission:
                 local = src if src.is_file() else zip_src_dir(src, tmp / "src.zip")
                 resources[SRC_LINK] = st.upload_private(local, f"tony_src_{self.app_id}.zip")
             src_zip = SRC_LINK
-        files_from_am, src_from_am = job_file_delivery(kerberos, self.job.spec.single_node,
-                                                       resources[SRC_LINK].size if src_zip else None,
-                                                       len(self.job.spec.tasks()))
-        if src_zip and not src_from_am:
-            task_links.append(SRC_LINK)
+        # The secret reaches task containers in their credentials; the spec, tony-final.xml and
+        # src_dir from the AM or, on a Kerberos cluster or when too large, by localization.
+        files_from_am, src_from_am, localized = job_file_delivery(
+            kerberos, self.job.spec.single_node, src_zip, resources[SRC_LINK].size if src_zip else 0,
+            len(self.job.spec.tasks()))
+        task_links += localized
 
         for link, res in self._user_resources("tony.containers.resources", tmp):
             resources[link] = res
@@ -195,9 +196,7 @@ class Submission:
             staging_dir=st.staging_dir,
             user=getpass.getuser(),
             resources={},
-            # The secret reaches task containers in their credentials, the spec and
-            # tony-final.xml from the AM or, on a Kerberos cluster, by localization.
-            task_resources=task_links + ([] if files_from_am else ["tony-final.xml", SPEC_FILE]),
+            task_resources=task_links,
             task_python=self.job.task_python,
             src_zip=src_zip,
             files_from_am=files_from_am,

@@ -18,6 +18,7 @@ DISTRIBUTED_MODES = ("GANG", "FCFS")
 CACHE_VISIBILITIES = ("PRIVATE", "PUBLIC")
 GPU_ASSIGNMENTS = ("auto", "none")
 SPEC_FILE = "tony-spec.json"  # the JobSpec as the AM and every executor read it
+FINAL_CONF_FILE = "tony-final.xml"  # TonY's resolved configuration, beside it
 CHIEF_TYPE = "chief"
 SINGLE_NODE_TYPE = "driver"  # the one task of a single-node job, run in the AM's container (TonY's name)
 TENSORBOARD_TYPE = "tensorboard"

@@ -8,12 +8,11 @@ anything but the job's AM is treated like no answer at all.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import urllib.parse
 
-from tony_py.auth import AuthError, KeepAlive, Signer, UnsignedAnswer, call_signed
+from tony_py.auth import AuthError, KeepAlive, Signer, UnsignedAnswer, call_signed, json_answer
 
 log = logging.getLogger("tony.executor.channel")
 
@@ -41,7 +40,7 @@ class AmChannel:
     def call(self, method: str, target: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, dict | None]:
         """Retries failed connections, server errors and unsigned or garbled answers until the AM
         has been silent for give_up_after_s. A signed client error is final."""
-        return self._call(method, target, body, timeout, _json)
+        return self._call(method, target, body, timeout, json_answer)
 
     def call_raw(self, method: str, target: str, body: dict | None = None,
                  timeout: float = 10.0) -> tuple[int, bytes]:
@@ -58,7 +57,7 @@ class AmChannel:
                 if status < 400:
                     return status, parse(raw)
                 try:
-                    detail = str((_json(raw) or {}).get("error", ""))[:300]
+                    detail = str((json_answer(raw) or {}).get("error", ""))[:300]
                 except (ValueError, AttributeError):
                     detail = ""
                 if status < 500:
@@ -100,9 +99,3 @@ class AmChannel:
         status, answer = self.call("GET", f"/v1/spec?{query}", timeout=timeout + 10)
         return answer if status == 200 else None
 
-
-def _json(raw: bytes):
-    try:
-        return json.loads(raw) if raw else None
-    except ValueError:
-        raise ValueError("a signed answer that is not JSON") from None

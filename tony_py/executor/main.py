@@ -35,7 +35,7 @@ from pathlib import Path
 
 from tony_py import appsecret
 from tony_py.auth import Signer, Verifier
-from tony_py.config.spec import SPEC_FILE, JobSpec, TaskId
+from tony_py.config.spec import FINAL_CONF_FILE, SPEC_FILE, JobSpec, TaskId
 from tony_py.errors import EXECUTOR_AM_LOST, EXECUTOR_REFUSED
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.control import ControlServer
@@ -52,8 +52,6 @@ MAX_ERROR_TEXT = 4000
 MAX_TRACEBACK = 16000
 # Variables that are the executor's business, not the user process's.
 _PRIVATE_ENV = ("TONY_SRC_ZIP", "TONY_RUNTIME_DIR", "TONY_RESERVE_TB_PORT", "TONY_AM_LOST_TIMEOUT_S")
-FINAL_CONF = "tony-final.xml"
-DEFAULT_AM_LOST_TIMEOUT_S = 60.0  # tony.task.executor.am-lost-timeout-sec's default
 
 
 @dataclass
@@ -490,7 +488,7 @@ def fetch_job_files(channel: AmChannel, settings: Settings, final_conf: str | No
     """What the AM serves instead of YARN localizing it: tony-final.xml (TonY's tasks find it in
     their working dir) and the zipped src_dir, unless YARN localized them (a Kerberos cluster,
     a src_dir too large for the AM). Never written through a link."""
-    conf = cwd / FINAL_CONF
+    conf = cwd / FINAL_CONF_FILE
     if final_conf is not None and not conf.is_symlink() and not conf.exists():
         conf.write_text(final_conf)
     src = cwd / settings.src_zip if settings.src_zip else None
@@ -512,7 +510,7 @@ def main() -> None:
     principal = env.get("CONTAINER_ID") or task
     # Until the spec is in, the AM may be lost for as long as the job allows (an AM fail-over).
     channel = AmChannel(env["TONY_AM_URL"], Signer(secret, principal),
-                        give_up_after_s=float(env.get("TONY_AM_LOST_TIMEOUT_S") or DEFAULT_AM_LOST_TIMEOUT_S))
+                        give_up_after_s=float(env["TONY_AM_LOST_TIMEOUT_S"]))
     try:
         job = load_job(channel, cwd, task)
         settings = Settings.load(env, JobSpec.from_dict(job["spec"]), secret)
@@ -522,7 +520,6 @@ def main() -> None:
     except (RequestRefused, ValueError, KeyError, OSError) as exc:
         log.error("cannot read the job (from the AM at %s): %s", env["TONY_AM_URL"], exc)
         sys.exit(EXECUTOR_REFUSED)
-    channel.give_up_after_s = settings.am_lost_timeout_s
     control = ControlServer(env.get("NM_HOST") or socket.getfqdn(), Verifier(settings.secret), channel)
     executor = Executor(settings, channel, env, cwd, control_port=control.port)
     signal.signal(signal.SIGTERM, executor.on_sigterm)

@@ -20,12 +20,14 @@ import calendar
 import time
 from typing import Callable
 
+from tony_py.config.spec import FINAL_CONF_FILE
+
 PLACEHOLDER = "/path/to/tony-history"  # TonY's tony-default.xml value: "not configured"
 EVENTS_INPROGRESS = "events.jsonl.inprogress"
 EVENTS = "events.jsonl"
 EVENTS_PARQUET = "events.parquet"
 SUMMARY = "job.json"
-CONFIG = "tony-final.xml"
+CONFIG = FINAL_CONF_FILE
 DEFAULT_RETENTION_S = 30 * 24 * 3600
 
 

@@ -113,15 +113,14 @@ public final class AmBridge {
   }
 
   /**
-   * Alias of the application secret in each task container's credentials. The NodeManager
-   * writes them to the container's token file (HADOOP_TOKEN_FILE_LOCATION, readable by the
-   * job's user only) when it launches the container: no localization, nothing in the launch
-   * script or its logged copy. tony_py/appsecret.py reads it back.
+   * secretAlias/appSecret: the application secret, put into each task container's credentials
+   * under that alias. The NodeManager writes them to the container's token file
+   * (HADOOP_TOKEN_FILE_LOCATION, readable by the job's user only) when it launches the
+   * container: no localization, nothing in the launch script or its logged copy.
+   * tony_py/appsecret.py names the alias and reads it back.
    */
-  public static final String APP_SECRET_ALIAS = "tony-py.app-secret";
-
-  public void start(int heartbeatMs, String appSecret) throws IOException {
-    taskTokens = taskTokens(appSecret);
+  public void start(int heartbeatMs, String secretAlias, String appSecret) throws IOException {
+    taskTokens = taskTokens(secretAlias, appSecret);
     amrm = AMRMClientAsync.createAMRMClientAsync(heartbeatMs, new RmHandler());
     amrm.init(conf);
     amrm.start();
@@ -134,7 +133,7 @@ public final class AmBridge {
   }
 
   /** The AM's credentials minus the AMRM token, plus the app secret: what task containers hold. */
-  private static ByteBuffer taskTokens(String appSecret) throws IOException {
+  private static ByteBuffer taskTokens(String secretAlias, String appSecret) throws IOException {
     Credentials creds = UserGroupInformation.getCurrentUser().getCredentials();
     Credentials copy = new Credentials(creds);
     // getAllTokens() is a live view of the token map (the distributed-shell AM relies on it).
@@ -144,7 +143,7 @@ public final class AmBridge {
         it.remove();
       }
     }
-    copy.addSecretKey(new Text(APP_SECRET_ALIAS), appSecret.getBytes(StandardCharsets.UTF_8));
+    copy.addSecretKey(new Text(secretAlias), appSecret.getBytes(StandardCharsets.UTF_8));
     DataOutputBuffer dob = new DataOutputBuffer();
     copy.writeTokenStorageToStream(dob);  // Hadoop's WRITABLE format, what NodeManagers write back
     return ByteBuffer.wrap(dob.getData(), 0, dob.getLength());
