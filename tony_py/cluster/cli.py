@@ -1,49 +1,86 @@
-"""`python -m tony_py.cluster up|down|status [--workdir DIR]` (also `tony cluster …`)."""
+"""`python -m tony_py.cluster up|down|status [--docker [--nodes N]] [--workdir DIR]` (also
+`tony cluster …`). Without --docker every daemon is a process on this machine; with it, every
+daemon is a container with its own host name and address. `status` and `down` find which kind
+of cluster a workdir holds by themselves."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 
-from tony_py.cluster.launcher import LocalCluster
+from tony_py import paths
+from tony_py.cluster.definition import STATE_FILE
+from tony_py.cluster.docker import DockerCluster
+from tony_py.cluster.processes import LocalCluster
 from tony_py.errors import TonyError
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     parser = parser or argparse.ArgumentParser(
-        prog="tony cluster", description="A real local YARN + HDFS cluster, one JVM per daemon."
+        prog="tony cluster", description="A real local YARN + HDFS cluster: one JVM per daemon on this machine, "
+                                         "or (--docker) one container per daemon, each its own host."
     )
     parser.add_argument(
         "action", choices=("up", "down", "status"), help="start, stop or inspect the cluster"
     )
-    parser.add_argument("--workdir", help="cluster state, config, data and logs "
-                        "(default ~/.local/state/tony-py/cluster)")
+    parser.add_argument("--workdir", help="cluster state, config, data and logs (default "
+                        "~/.local/state/tony-py/cluster, with --docker ~/.local/state/tony-py/docker-cluster)")
+    parser.add_argument("--docker", action="store_true",
+                        help="every daemon in a Docker container with its own host name and address "
+                             "(needs a Docker engine and mmdebstrap: scripts/docker-engine)")
+    parser.add_argument("--nodes", type=int, default=3, help="with up --docker: how many NodeManagers (default 3)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--purge", action="store_true", help="with down: also delete the workdir")
-    parser.add_argument("--timeout", type=float, default=180.0,
+    parser.add_argument("--timeout", type=float, default=240.0,
                         help="with up: seconds to wait for the cluster to be ready")
     return parser
 
 
+def open_cluster(workdir: str | None, docker: bool) -> LocalCluster | DockerCluster:
+    """The cluster a workdir holds (its cluster.json says which kind), else the kind asked for."""
+    kind = "docker" if docker else "processes"
+    path = Path(workdir) if workdir else paths.default_cluster_workdir(kind)
+    try:
+        kind = json.loads((path / STATE_FILE).read_text()).get("kind", "processes")
+    except (OSError, ValueError):
+        pass
+    return DockerCluster(path) if kind == "docker" else LocalCluster(path)
+
+
+def _print_up(cluster, state, started: bool, info: dict) -> None:
+    if started:
+        print(f"cluster up in {state.up_seconds:.1f} s (Hadoop {state.hadoop_version}, {cluster.kind}, "
+              f"workdir {cluster.workdir})")
+    else:
+        print(f"cluster already running in {cluster.workdir}")
+    print(f"  ResourceManager  {info['resourcemanager_web']}")
+    print(f"  NameNode         {info['namenode_web']}")
+    if cluster.kind == "docker":
+        print(f"  network          {info['network']} {info['subnet']} (internal: nothing leaves this machine)")
+        for name, d in info["daemons"].items():
+            print(f"  {name:<16} {d['hostname']:<28} {d['address']}")
+        print(f"  job Python       {' or '.join(info['python'])}")
+        if info.get("hosts_note"):
+            print(f"  warning: {info['hosts_note']}")
+    print(f"  daemon RSS       {info.get('daemon_rss_mb', {}).get('total', '?')} MB")
+    print(f"export HADOOP_CONF_DIR={state.conf_dir}")
+
+
 def run(args: argparse.Namespace) -> int:
-    cluster = LocalCluster(args.workdir)
     if args.action == "up":
-        state, started = cluster.up(timeout=args.timeout)
-        info = cluster.status()
-        if args.json:
-            print(json.dumps(info, indent=2))
+        if args.docker:
+            cluster = DockerCluster(args.workdir)
+            state, started = cluster.up(nodes=args.nodes, timeout=args.timeout,
+                                        log=lambda line: print(line, file=sys.stderr, flush=True))
         else:
-            if started:
-                print(f"cluster up in {state.up_seconds:.1f} s (Hadoop {state.hadoop_version}, "
-                      f"workdir {cluster.workdir})")
-            else:
-                print(f"cluster already running in {cluster.workdir}")
-            print(f"  ResourceManager  {info['resourcemanager_web']}")
-            print(f"  NameNode         {info['namenode_web']}")
-            print(f"  daemon RSS       {info.get('daemon_rss_mb', {}).get('total', '?')} MB")
-            print(f"export HADOOP_CONF_DIR={state.conf_dir}")
+            cluster = LocalCluster(args.workdir)
+            state, started = cluster.up(timeout=args.timeout)
+        info = cluster.status()
+        print(json.dumps(info, indent=2)) if args.json else _print_up(cluster, state, started, info)
         return 0
+    cluster = open_cluster(args.workdir, args.docker)
     if args.action == "down":
         stopped = cluster.down(purge=args.purge)
         if args.json:
@@ -55,9 +92,12 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info, indent=2))
     else:
-        print(f"cluster in {info['workdir']}: {info['state']}")
+        print(f"cluster in {info['workdir']} ({info['kind']}): {info['state']}")
         for name, d in info["daemons"].items():
-            print(f"  {name:<16} pid {d['pid']:<8} {'alive' if d['alive'] else 'DEAD'}  {d['log']}")
+            where = f"{d['hostname']} {d['address']}" if "hostname" in d else f"pid {d['pid']}"
+            flags = "DEAD" if not d["alive"] else "PAUSED" if d.get("paused") else \
+                "DISCONNECTED" if d.get("connected") is False else "alive"
+            print(f"  {name:<16} {where:<40} {flags:<12} {d['log']}")
         if info["state"] != "down":
             print(f"export HADOOP_CONF_DIR={info['hadoop_conf_dir']}")
     return 0 if info["state"] == "running" else 3
@@ -65,6 +105,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.action == "up" and args.docker and not 1 <= args.nodes <= 50:
+        print(f"tony cluster: --nodes must be 1..50, got {args.nodes}", file=sys.stderr)
+        return 2
     try:
         return run(args)
     except TonyError as exc:

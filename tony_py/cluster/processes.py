@@ -2,9 +2,9 @@
 
 NameNode, DataNode, ResourceManager and two NodeManagers run as separate java processes from
 Apache Hadoop's Maven Central jars, each with its own ports (picked free at `up`), dirs and log
-file. Config comes from the templates in docker/hadoop-cluster/conf/, the same ones the Docker
-cluster uses. State lives in <workdir>/cluster.json so `down` and `status` find the exact
-processes `up` started (pid plus start time, so a recycled pid is never killed).
+file, all on 127.0.0.1. Config and JVM command lines come from definition.py, the same as the
+Docker launcher's (docker.py). State lives in <workdir>/cluster.json so `down` and `status`
+find the exact processes `up` started (pid plus start time, so a recycled pid is never killed).
 """
 
 from __future__ import annotations
@@ -16,44 +16,28 @@ import re
 import shutil
 import signal
 import socket
-import string
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-import requests
 
 from tony_py import paths
 from tony_py.bridge import jvm
-from tony_py.cluster import jars
+from tony_py.cluster import definition, jars
 from tony_py.errors import SetupError
 
 HOST = "127.0.0.1"
-STATE_FILE = "cluster.json"
+STATE_FILE = definition.STATE_FILE
+KIND = "processes"
 
-# Two NodeManagers; the first advertises 2 (static, plugin-less) GPUs, the second none.
-NODEMANAGERS = ({"gpus": 2}, {"gpus": 0})  # the first runs YARN's GPU plugin (real or stand-in nvidia-smi)
+# Two NodeManagers; the first advertises 2 GPUs through YARN's GPU plugin (real or stand-in
+# nvidia-smi), the second none.
+NODEMANAGERS = ({"gpus": 2}, {"gpus": 0})
 GPU_MODE_ENV = "TONY_CLUSTER_GPUS"  # "auto" (default): the real nvidia-smi if it works, else the stand-in; "standin"
-NM_MEMORY_MB = 12288
-NM_VCORES = 16
-
-# Heap per daemon: together (with JVM overhead) well under 4 GB of RSS.
-_HEAP_MB = {"namenode": 256, "datanode": 192, "resourcemanager": 384, "nodemanager": 256}
-
-_MAIN_CLASS = {
-    "namenode": "org.apache.hadoop.hdfs.server.namenode.NameNode",
-    "datanode": "org.apache.hadoop.hdfs.server.datanode.DataNode",
-    "resourcemanager": "org.apache.hadoop.yarn.server.resourcemanager.ResourceManager",
-    "nodemanager": "org.apache.hadoop.yarn.server.nodemanager.NodeManager",
-}
-
-_PORT_NAMES = (
-    "nn_rpc_port nn_http_port dn_data_port dn_http_port dn_ipc_port "
-    "rm_port rm_scheduler_port rm_tracker_port rm_admin_port rm_web_port"
-).split()
-_NM_PORT_NAMES = ("nm_port", "nm_localizer_port", "nm_web_port", "nm_collector_port")
+# Every daemon on one host: a lost NodeManager is a killed process, noticed in 10 s.
+TIMERS = definition.Timers(nm_expiry_ms=10_000, am_expiry_ms=600_000, rm_connect_max_wait_ms=20_000)
 
 
 @dataclass
@@ -86,6 +70,7 @@ class ClusterState:
     nodemanagers: list[dict]
     daemons: list[DaemonState] = field(default_factory=list)
     up_seconds: float | None = None
+    kind: str = KIND
 
     @property
     def rm_web(self) -> str:
@@ -126,34 +111,30 @@ def _free_ports(count: int) -> list[int]:
     return ports
 
 
-def _gpu_properties(nm: dict) -> str:
-    """A GPU NodeManager runs YARN's GPU plugin (discovery through nvidia-smi); the others count
-    none. Under the DefaultContainerExecutor the plugin discovers and counts, it does not
-    isolate: which device is whose is the AM's to decide (docs/architecture.md, GPUs)."""
-    if not nm.get("gpu_discovery"):
-        return "  <property><name>yarn.nodemanager.resource-type.yarn.io/gpu</name><value>0</value></property>"
-    props = {
-        "yarn.nodemanager.resource-plugins": "yarn.io/gpu",
-        "yarn.nodemanager.resource-plugins.gpu.allowed-gpu-devices": "auto",
-        "yarn.nodemanager.resource-plugins.gpu.path-to-discovery-executables": nm["gpu_discovery"],
-    }
-    return "\n".join(f"  <property><name>{k}</name><value>{v}</value></property>" for k, v in props.items())
-
-
 def _standin_dir(nm: dict) -> str | None:
     """The stand-in nvidia-smi's directory, for the NodeManager that discovers with it."""
     return str(Path(nm["gpu_discovery"]).parent) if nm.get("gpu_standin") else None
 
 
-def _render(template: Path, values: dict) -> str:
+def read_state(path: Path, cls):
     try:
-        return string.Template(template.read_text()).substitute(values)
-    except KeyError as exc:
-        raise SetupError(f"{template}: no value for placeholder {exc}") from exc
+        return cls.from_json(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as exc:
+        raise SetupError(f"{path} is unreadable ({exc}); remove it") from exc
+
+
+def save_state(path: Path, state) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state.to_json(), indent=2))
+    tmp.replace(path)
 
 
 class LocalCluster:
     """Start, stop and inspect the cluster whose state lives in `workdir`."""
+
+    kind = KIND
 
     def __init__(self, workdir: Path | str | None = None):
         self.workdir = Path(workdir or paths.default_cluster_workdir()).resolve()
@@ -161,32 +142,20 @@ class LocalCluster:
 
     # ---- state -------------------------------------------------------------------------
     def load_state(self) -> ClusterState | None:
-        try:
-            return ClusterState.from_json(json.loads(self.state_path.read_text()))
-        except FileNotFoundError:
-            return None
-        except (ValueError, TypeError) as exc:
-            raise SetupError(f"{self.state_path} is unreadable ({exc}); remove it") from exc
+        return read_state(self.state_path, ClusterState)
 
     def _save_state(self, state: ClusterState) -> None:
-        tmp = self.state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state.to_json(), indent=2))
-        tmp.replace(self.state_path)
+        save_state(self.state_path, state)
 
     def status(self) -> dict:
         state = self.load_state()
         if state is None:
-            return {"workdir": str(self.workdir), "state": "down", "daemons": {}}
+            return {"workdir": str(self.workdir), "state": "down", "kind": self.kind, "daemons": {}}
         alive = {d.name: d.process() is not None for d in state.daemons}
-        if all(alive.values()) and alive:
-            overall = "running"
-        elif any(alive.values()):
-            overall = "degraded"
-        else:
-            overall = "down"
         info = {
             "workdir": str(self.workdir),
-            "state": overall,
+            "kind": self.kind,
+            "state": overall_state(alive),
             "hadoop_version": state.hadoop_version,
             "hadoop_conf_dir": state.conf_dir,
             "hadoop_lib_dir": state.lib_dir,
@@ -198,7 +167,7 @@ class LocalCluster:
             },
             "up_seconds": state.up_seconds,
         }
-        if overall != "down":
+        if info["state"] != "down":
             info["daemon_rss_mb"] = self._rss_mb(state)
         return info
 
@@ -251,46 +220,39 @@ class LocalCluster:
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         data.mkdir(parents=True, exist_ok=True)
         # One call: ports released by an earlier call could be handed out again.
-        free = _free_ports(len(_PORT_NAMES) + len(_NM_PORT_NAMES) * len(NODEMANAGERS))
-        ports = dict(zip(_PORT_NAMES, free))
-        nms = []
-        nm_ports = free[len(_PORT_NAMES):]
+        per_nm = len(definition.NM_PORT_NAMES)
+        free = _free_ports(len(definition.PORT_NAMES) + per_nm * len(NODEMANAGERS))
+        ports = dict(zip(definition.PORT_NAMES, free))
+        nm_ports = free[len(definition.PORT_NAMES):]
         discovery, standin = self._gpu_discovery()
+        nms = []
         for i, nm in enumerate(NODEMANAGERS, start=1):
-            chunk = nm_ports[(i - 1) * len(_NM_PORT_NAMES) : i * len(_NM_PORT_NAMES)]
-            nms.append({"index": i, "gpus": nm["gpus"], "gpu_discovery": discovery if nm["gpus"] else None,
-                        "gpu_standin": standin and bool(nm["gpus"]), **dict(zip(_NM_PORT_NAMES, chunk))})
+            chunk = nm_ports[(i - 1) * per_nm: i * per_nm]
+            nms.append({"index": i, "host": HOST, "gpus": nm["gpus"],
+                        "gpu_discovery": discovery if nm["gpus"] else None,
+                        "gpu_standin": standin and bool(nm["gpus"]),
+                        **dict(zip(definition.NM_PORT_NAMES, chunk))})
         values = {
-            "host": HOST,
+            "nn_host": HOST, "dn_host": HOST, "rm_host": HOST,
             "user": getpass.getuser(),
             "data_dir": str(data),
             "conf_dir": str(conf),
             "lib_dir": str(lib),
-            "nm_memory_mb": NM_MEMORY_MB,
-            "nm_vcores": NM_VCORES,
+            "nm_memory_mb": definition.NM_MEMORY_MB,
+            "nm_vcores": definition.NM_VCORES,
             "nodemanager_properties": "",
+            **TIMERS.values(),
             **ports,
         }
-        templates = paths.CLUSTER_DEFINITION_DIR / "conf"
-        self._write_conf_dir(conf, templates, values)
+        definition.write_conf_dir(conf, values)
         for nm in nms:
-            nm_values = dict(values, **{f"nm_{k}" if not k.startswith("nm_") else k: v for k, v in nm.items()})
-            nm_values["nm_gpu_properties"] = _gpu_properties(nm)
-            nm_values["nodemanager_properties"] = _render(templates / "nodemanager.xml", nm_values)
-            self._write_conf_dir(self.workdir / f"conf-nm{nm['index']}", templates, nm_values)
-        return ClusterState(
-            workdir=str(self.workdir),
-            hadoop_version=version,
-            conf_dir=str(conf),
-            lib_dir=str(lib),
-            ports=ports,
-            nodemanagers=nms,
-        )
+            definition.write_nodemanager_conf(self.workdir / f"conf-nm{nm['index']}", values, nm)
+        return ClusterState(workdir=str(self.workdir), hadoop_version=version, conf_dir=str(conf),
+                            lib_dir=str(lib), ports=ports, nodemanagers=nms)
 
     def _gpu_discovery(self) -> tuple[str, bool]:
         """The nvidia-smi YARN's GPU plugin runs on the GPU NodeManager: this machine's own when
-        it works, else a stand-in that reports two devices (copied into the workdir: the
-        NodeManager also puts its directory first on its containers' PATH, for metrics)."""
+        it works, else the stand-in that reports two devices."""
         if os.environ.get(GPU_MODE_ENV, "auto") != "standin":
             real = shutil.which("nvidia-smi")
             if real:
@@ -299,37 +261,11 @@ class LocalCluster:
                     return real, False
                 except (OSError, subprocess.SubprocessError):
                     pass
-        target = self.workdir / "gpu" / "nvidia-smi"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(paths.CLUSTER_DEFINITION_DIR / "gpu" / "nvidia-smi", target)
-        target.chmod(0o755)
-        return str(target), True
-
-    @staticmethod
-    def _write_conf_dir(target: Path, templates: Path, values: dict) -> None:
-        target.mkdir(parents=True, exist_ok=True)
-        for name in ("core-site.xml", "hdfs-site.xml", "yarn-site.xml", "capacity-scheduler.xml"):
-            (target / name).write_text(_render(templates / name, values))
-        shutil.copy(templates / "log4j.properties", target / "log4j.properties")
+        return str(definition.install_standin(self.workdir / "gpu")), True
 
     def _java_cmd(self, state: ClusterState, daemon: str, conf_dir: str, log_name: str) -> list[str]:
-        return [
-            jvm.java_executable(),
-            f"-Xmx{_HEAP_MB[daemon]}m",
-            "-XX:MaxMetaspaceSize=160m",
-            "-XX:ReservedCodeCacheSize=48m",
-            "-XX:CICompilerCount=2",
-            *jvm.FAST_START_OPTS,
-            *jvm.JDK17_OPENS,
-            f"-Dhadoop.log.dir={self.workdir / 'logs'}",
-            f"-Dyarn.log.dir={self.workdir / 'logs'}",
-            f"-Dhadoop.log.file={log_name}",
-            f"-Dhadoop.home.dir={self.workdir}",
-            "-Dhadoop.id.str=" + getpass.getuser(),
-            "-cp",
-            f"{conf_dir}:{state.lib_dir}/*",
-            _MAIN_CLASS[daemon],
-        ]
+        return definition.java_command(jvm.java_executable(), daemon, conf_dir, state.lib_dir,
+                                       str(self.workdir / "logs"), log_name, str(self.workdir), getpass.getuser())
 
     def _daemon_env(self, state: ClusterState, conf_dir: str, path_first: str | None = None) -> dict[str, str]:
         env = dict(os.environ)
@@ -347,23 +283,25 @@ class LocalCluster:
         if (Path(state.workdir) / "data" / "namenode" / "current" / "VERSION").exists():
             return
         cmd = self._java_cmd(state, "namenode", state.conf_dir, "namenode-format.log")
-        cmd += ["-format", "-force", "-nonInteractive", "-clusterid", "tony-py-local"]
+        cmd += definition.NAMENODE_FORMAT_ARGS
         log = Path(state.workdir) / "logs" / "namenode-format.log"
         with open(log, "wb") as out:
             rc = subprocess.call(cmd, stdout=out, stderr=subprocess.STDOUT, env=self._daemon_env(state, state.conf_dir))
         if rc != 0:
             raise SetupError(f"formatting the NameNode failed (exit {rc}); see {log}")
 
-    def _spawn(self, state: ClusterState, name: str, daemon: str, conf_dir: str, path_first: str | None = None) -> None:
+    def _spawn(self, state: ClusterState, name: str) -> None:
+        daemon = definition.daemon_kind(name)
+        nm = next((n for n in state.nodemanagers if f"nodemanager{n['index']}" == name), None)
+        conf_dir = str(Path(state.workdir) / f"conf-nm{nm['index']}") if nm else state.conf_dir
         log = Path(state.workdir) / "logs" / f"{name}.log"
-        cmd = self._java_cmd(state, daemon, conf_dir, f"{name}.log")
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                cmd,
+                self._java_cmd(state, daemon, conf_dir, f"{name}.log"),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self._daemon_env(state, conf_dir, path_first),
+                env=self._daemon_env(state, conf_dir, _standin_dir(nm) if nm else None),
                 cwd=state.workdir,
                 start_new_session=True,  # outlives `tony cluster up`; immune to its Ctrl-C
             )
@@ -376,35 +314,14 @@ class LocalCluster:
 
     def _start_daemons(self, state: ClusterState) -> None:
         self._format_namenode(state)
-        self._spawn(state, "namenode", "namenode", state.conf_dir)
-        self._spawn(state, "datanode", "datanode", state.conf_dir)
-        self._spawn(state, "resourcemanager", "resourcemanager", state.conf_dir)
+        for name in ("namenode", "datanode", "resourcemanager"):
+            self._spawn(state, name)
         for nm in state.nodemanagers:
-            idx = nm["index"]
-            self._spawn(state, f"nodemanager{idx}", "nodemanager", str(Path(state.workdir) / f"conf-nm{idx}"),
-                        _standin_dir(nm))
+            self._spawn(state, f"nodemanager{nm['index']}")
 
     def _wait_ready(self, state: ClusterState, deadline: float) -> None:
-        want_nodes = len(state.nodemanagers)
-        hdfs_ready = yarn_ready = False
-        last = ""
-        while time.monotonic() < deadline:
-            dead = [d.name for d in state.daemons if d.process() is None]
-            if dead:
-                raise SetupError(
-                    f"{', '.join(dead)} exited during start; see {Path(state.workdir) / 'logs'}"
-                )
-            try:
-                if not hdfs_ready:
-                    hdfs_ready, last = _hdfs_ready(state)
-                if not yarn_ready:
-                    yarn_ready, last = _yarn_ready(state, want_nodes)
-            except requests.RequestException as exc:
-                last = f"waiting for web endpoints ({exc.__class__.__name__})"
-            if hdfs_ready and yarn_ready:
-                return
-            time.sleep(0.25)
-        raise SetupError(f"the cluster did not become ready in time: {last}")
+        definition.wait_ready(lambda: [d.name for d in state.daemons if d.process() is None], state.rm_web,
+                              state.nn_web, len(state.nodemanagers), deadline, Path(state.workdir) / "logs")
 
     # ---- one daemon (fault tests) ------------------------------------------------------
     def kill_daemon(self, name: str) -> int:
@@ -428,12 +345,7 @@ class LocalCluster:
         if old is not None and old.process() is not None:
             return
         state.daemons = [d for d in state.daemons if d.name != name]
-        if name.startswith("nodemanager"):
-            nm = next((n for n in state.nodemanagers if f"nodemanager{n['index']}" == name), {})
-            self._spawn(state, name, "nodemanager", str(Path(state.workdir) / f"conf-{name.replace('nodemanager', 'nm')}"),
-                        _standin_dir(nm))
-        else:
-            self._spawn(state, name, name, state.conf_dir)
+        self._spawn(state, name)
         self._save_state(state)
         self._wait_ready(state, deadline=time.monotonic() + timeout)
 
@@ -474,6 +386,12 @@ class LocalCluster:
                if containers.match(p.info.get("cwd") or "") and p.pid not in ours])
 
 
+def overall_state(alive: dict[str, bool]) -> str:
+    if alive and all(alive.values()):
+        return "running"
+    return "degraded" if any(alive.values()) else "down"
+
+
 def _kill(procs: list[psutil.Process]) -> None:
     for proc in procs:
         try:
@@ -481,23 +399,3 @@ def _kill(procs: list[psutil.Process]) -> None:
         except psutil.Error:
             pass
     psutil.wait_procs(procs, timeout=5)
-
-
-def _hdfs_ready(state: ClusterState) -> tuple[bool, str]:
-    url = f"{state.nn_web}/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo"
-    beans = requests.get(url, timeout=2).json().get("beans") or [{}]
-    info = beans[0]
-    live = json.loads(info.get("LiveNodes") or "{}")
-    safemode = info.get("Safemode", "?")
-    if live and safemode == "":
-        return True, ""
-    return False, f"HDFS: {len(live)} live DataNode(s), safe mode: {safemode or 'off'}"
-
-
-def _yarn_ready(state: ClusterState, want: int) -> tuple[bool, str]:
-    resp = requests.get(f"{state.rm_web}/ws/v1/cluster/nodes", timeout=2)
-    nodes = ((resp.json().get("nodes") or {}).get("node")) or []
-    running = [n for n in nodes if n.get("state") == "RUNNING"]
-    if len(running) >= want:
-        return True, ""
-    return False, f"YARN: {len(running)}/{want} NodeManagers RUNNING"

@@ -1,0 +1,351 @@
+"""The local cluster with every daemon on a host of its own: one Docker container each.
+
+NameNode, DataNode, ResourceManager and N NodeManagers each run in a container with its own
+host name (`nm2.<id>.tony.test`) and address on a bridge network of the cluster's own, in the
+RFC 2544 test range 198.18.0.0/15, created `--internal` so no traffic leaves this machine.
+Configs and JVM command lines are definition.py's, as for the process launcher; the image is
+Debian's packages (image.py). What the containers share with this machine, each mounted at the
+path it has here so every config and log path means the same inside and out:
+
+- Hadoop's jars (Maven Central, cached by jars.py) and the rendered conf dirs, read-only;
+- each daemon's data dir and the log dir, read-write (a NodeManager's container logs and
+  working dirs are then readable here, as on the process cluster);
+- on NodeManagers, the Python that ran `up` (its prefix and its base interpreter's, read-only):
+  a job's Python must exist on every node, as on a real cluster with a shared install. Shipping
+  the checkout's 3 GB environment as a zipped venv would cost minutes per job; users with no
+  shared install pass --python_venv, which the process cluster tests;
+- on NodeManagers, <workdir>/shared, read-write: the cluster's shared file system (what NFS is
+  to a real cluster), where jobs of the tests keep checkpoints and records.
+
+Clients on this machine reach the cluster by its host names (hosts.py adds them to /etc/hosts,
+as DNS would) and by address. NodeManagers get NET_ADMIN in their own network namespace so
+fault tests can drop packets there with iptables (faults.py; netem is not available here).
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import ipaddress
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from tony_py import paths
+from tony_py.cluster import definition, hosts, image, jars
+from tony_py.cluster.engine import check_engine
+from tony_py.cluster.processes import overall_state, read_state, save_state
+from tony_py.errors import SetupError
+
+KIND = "docker"
+TEST_RANGE = ipaddress.ip_network("198.18.0.0/15")
+DOMAIN = "tony.test"  # RFC 6761: .test is never delegated
+PORTS = {"nn_rpc_port": 8020, "nn_http_port": 9870, "dn_data_port": 9866, "dn_http_port": 9864,
+         "dn_ipc_port": 9867, "rm_port": 8032, "rm_scheduler_port": 8030, "rm_tracker_port": 8031,
+         "rm_admin_port": 8033, "rm_web_port": 8088}
+NM_PORTS = {"nm_port": 8041, "nm_localizer_port": 8040, "nm_web_port": 8042, "nm_collector_port": 8048}
+# A node is lost after 30 s and an AM attempt after 15 s (YARN: 10 min each); NodeManagers and
+# AMs keep retrying an unreachable RM for 2 min (YARN: 15 min), longer than any partition a
+# test makes, so a healed node rejoins instead of having shut itself down.
+TIMERS = definition.Timers(nm_expiry_ms=30_000, am_expiry_ms=15_000, rm_connect_max_wait_ms=120_000)
+_SHORT = {"namenode": "nn", "datanode": "dn", "resourcemanager": "rm"}
+_ADDRESS = {"namenode": 10, "datanode": 11, "resourcemanager": 12}  # NodeManager i: 20 + i
+
+
+@dataclass
+class Node:
+    name: str  # the daemon: namenode, datanode, resourcemanager, nodemanager1, ...
+    container: str
+    hostname: str
+    address: str
+    log: str
+
+
+@dataclass
+class DockerClusterState:
+    workdir: str
+    cluster_id: str
+    hadoop_version: str
+    conf_dir: str
+    lib_dir: str
+    image: str
+    network: str
+    subnet: str
+    nodes: list[Node]
+    nodemanagers: list[dict]
+    python_mounts: list[str]
+    shared_dir: str
+    hosts_note: str | None = None
+    up_seconds: float | None = None
+    kind: str = KIND
+
+    def node(self, name: str) -> Node:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise SetupError(f"no daemon {name!r} in this cluster ({', '.join(n.name for n in self.nodes)})")
+
+    def web(self, name: str, port: str) -> str:
+        return f"http://{self.node(name).hostname}:{PORTS[port]}"
+
+    @property
+    def rm_web(self) -> str:
+        return self.web("resourcemanager", "rm_web_port")
+
+    @property
+    def nn_web(self) -> str:
+        return self.web("namenode", "nn_http_port")
+
+    @property
+    def default_fs(self) -> str:
+        return f"hdfs://{self.node('namenode').hostname}:{PORTS['nn_rpc_port']}"
+
+    def to_json(self) -> dict:
+        data = dict(self.__dict__)
+        data["nodes"] = [n.__dict__ for n in self.nodes]
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "DockerClusterState":
+        data = dict(data)
+        data["nodes"] = [Node(**n) for n in data.get("nodes", [])]
+        return cls(**data)
+
+
+def node_addresses(subnet: ipaddress.IPv4Network, names: list[str]) -> list[str]:
+    """Each daemon's fixed address in the cluster's /24: masters at .10-.12, NodeManager i at .20+i."""
+    out = []
+    for name in names:
+        offset = _ADDRESS.get(name) or 20 + int(name.removeprefix("nodemanager"))
+        out.append(str(subnet.network_address + offset))
+    return out
+
+
+def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise SetupError(f"docker {' '.join(args[:3])}: {(proc.stderr or proc.stdout).strip()[-400:]}")
+    return proc
+
+
+def python_prefixes() -> list[str]:
+    """The running interpreter's installation (and its venv's), for the NodeManagers' containers.
+    The image's own /usr is never covered: a system interpreter job uses the image's python3."""
+    out = []
+    for prefix in dict.fromkeys((sys.base_prefix, sys.prefix)):
+        if Path(prefix).resolve() not in (Path("/"), Path("/usr")):
+            out.append(str(Path(prefix).resolve()))
+    return out
+
+
+class DockerCluster:
+    """Start, stop, inspect and break the Docker cluster whose state lives in `workdir`."""
+
+    kind = KIND
+
+    def __init__(self, workdir: Path | str | None = None):
+        self.workdir = Path(workdir or paths.default_cluster_workdir(KIND)).resolve()
+        self.state_path = self.workdir / definition.STATE_FILE
+        self.cluster_id = hashlib.sha256(str(self.workdir).encode()).hexdigest()[:4]
+
+    def load_state(self) -> DockerClusterState | None:
+        return read_state(self.state_path, DockerClusterState)
+
+    # ---- up ----------------------------------------------------------------------------
+    def up(self, nodes: int = 3, timeout: float = 240.0, log=print) -> tuple[DockerClusterState, bool]:
+        if not 1 <= nodes <= 50:
+            raise SetupError(f"--nodes must be 1..50, got {nodes}")
+        check_engine()
+        existing = self.load_state()
+        if existing is not None:
+            alive = self._alive(existing)
+            if alive and all(alive.values()):
+                return existing, False
+            if any(alive.values()):
+                raise SetupError(f"the cluster in {self.workdir} is partly running; run `tony cluster down` first")
+        started = time.monotonic()
+        version = jars.pinned_hadoop_version()
+        lib = jars.ensure_hadoop_jars(version)
+        tag = image.ensure_image(log)
+        state = self._configure(version, lib, tag, nodes)
+        save_state(self.state_path, state)
+        try:
+            self._create_network(state)
+            save_state(self.state_path, state)
+            for node in state.nodes:
+                self._run(state, node)
+            state.hosts_note = hosts.publish(self.cluster_id, {n.hostname: n.address for n in state.nodes})
+            self.wait_ready(state, time.monotonic() + timeout)
+        except BaseException:
+            self.down()
+            raise
+        state.up_seconds = round(time.monotonic() - started, 2)
+        save_state(self.state_path, state)
+        return state, True
+
+    def _configure(self, version: str, lib: Path, tag: str, count: int) -> DockerClusterState:
+        data, conf = self.workdir / "data", self.workdir / "conf"
+        for sub in ("logs", "shared"):
+            (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        name = f"tony-{self.cluster_id}"
+        host = lambda short: f"{short}.{self.cluster_id}.{DOMAIN}"  # noqa: E731
+        standin = definition.install_standin(self.workdir / "gpu")
+        nms = [{"index": i, "host": host(f"nm{i}"), "gpus": definition.STANDIN_GPUS if i < count or count == 1 else 0,
+                **NM_PORTS} for i in range(1, count + 1)]
+        for nm in nms:
+            nm.update(gpu_discovery=str(standin) if nm["gpus"] else None, gpu_standin=bool(nm["gpus"]))
+        nodes = [Node(d, f"{name}-{d}", host(_SHORT[d]), "", str(self.workdir / "logs" / f"{d}.log"))
+                 for d in ("namenode", "datanode", "resourcemanager")]
+        nodes += [Node(f"nodemanager{nm['index']}", f"{name}-nm{nm['index']}", nm["host"], "",
+                       str(self.workdir / "logs" / f"nodemanager{nm['index']}.log")) for nm in nms]
+        values = {"nn_host": host("nn"), "dn_host": host("dn"), "rm_host": host("rm"), "user": getpass.getuser(),
+                  "data_dir": str(data), "conf_dir": str(conf), "lib_dir": str(lib),
+                  "nm_memory_mb": definition.NM_MEMORY_MB, "nm_vcores": definition.NM_VCORES,
+                  "nodemanager_properties": "", **TIMERS.values(), **PORTS}
+        definition.write_conf_dir(conf, values)
+        for nm in nms:
+            definition.write_nodemanager_conf(self.workdir / f"conf-nm{nm['index']}", values, nm)
+            (data / f"nm{nm['index']}").mkdir(parents=True, exist_ok=True)
+        for d in ("namenode", "datanode"):
+            (data / d).mkdir(parents=True, exist_ok=True)
+        return DockerClusterState(
+            workdir=str(self.workdir), cluster_id=self.cluster_id, hadoop_version=version, conf_dir=str(conf),
+            lib_dir=str(lib), image=tag, network=name, subnet="", nodes=nodes, nodemanagers=nms,
+            python_mounts=python_prefixes(), shared_dir=str(self.workdir / "shared"))
+
+    def _create_network(self, state: DockerClusterState) -> None:
+        """A /24 of 198.18.0.0/15 that no other Docker network uses, tried from the cluster id on."""
+        docker("network", "rm", state.network, check=False)
+        subnets = list(TEST_RANGE.subnets(new_prefix=24))
+        first = int(self.cluster_id, 16) % len(subnets)
+        for subnet in subnets[first:] + subnets[:first]:
+            proc = docker("network", "create", "--internal", "--subnet", str(subnet),
+                          "--gateway", str(subnet.network_address + 1), "--label", f"tony-py.cluster={self.cluster_id}",
+                          state.network, check=False)
+            if proc.returncode == 0:
+                state.subnet = str(subnet)
+                for node, address in zip(state.nodes, node_addresses(subnet, [n.name for n in state.nodes])):
+                    node.address = address
+                return
+            if "overlap" not in proc.stderr:
+                raise SetupError(f"docker network create: {proc.stderr.strip()[-300:]}")
+        raise SetupError("every /24 of 198.18.0.0/15 is taken by another Docker network")
+
+    def _mounts(self, state: DockerClusterState, node: Node) -> list[str]:
+        ro = [state.lib_dir, state.conf_dir]
+        rw = [str(self.workdir / "logs")]
+        if node.name.startswith("nodemanager"):
+            index = node.name.removeprefix("nodemanager")
+            ro += [str(self.workdir / f"conf-nm{index}"), str(self.workdir / "gpu"), *state.python_mounts]
+            rw += [str(self.workdir / "data" / f"nm{index}"), state.shared_dir]
+        else:
+            rw.append(str(self.workdir / "data" / node.name))
+        return [f"{p}:{p}:ro" for p in ro] + [f"{p}:{p}" for p in rw]
+
+    def _command(self, state: DockerClusterState, node: Node) -> list[str]:
+        kind = definition.daemon_kind(node.name)
+        conf = str(self.workdir / f"conf-nm{node.name.removeprefix('nodemanager')}") if kind == "nodemanager" \
+            else state.conf_dir
+        java = definition.java_command(f"{image.JAVA_HOME}/bin/java", kind, conf, state.lib_dir,
+                                       str(self.workdir / "logs"), Path(node.log).name, str(self.workdir),
+                                       getpass.getuser())
+        script = 'exec "$@" >>"$0" 2>&1'
+        if kind == "namenode":  # formatted once, in its own container
+            version = self.workdir / "data" / "namenode" / "current" / "VERSION"
+            script = f'[ -f {version} ] || "$@" {" ".join(definition.NAMENODE_FORMAT_ARGS)} >>"$0" 2>&1; {script}'
+        return ["sh", "-c", script, node.log, *java]
+
+    def _run(self, state: DockerClusterState, node: Node) -> None:
+        args = ["run", "-d", "--init", "--name", node.container, "--hostname", node.hostname,
+                "--network", state.network, "--ip", node.address, "--label", f"tony-py.cluster={self.cluster_id}",
+                "--workdir", str(self.workdir)]
+        for other in state.nodes:  # static names, as DNS: a partition must not look like NXDOMAIN
+            if other is not node:
+                args += ["--add-host", f"{other.hostname}:{other.address}"]
+        for mount in self._mounts(state, node):
+            args += ["-v", mount]
+        conf = state.conf_dir
+        if node.name.startswith("nodemanager"):
+            conf = str(self.workdir / f"conf-nm{node.name.removeprefix('nodemanager')}")
+            args += ["--cap-add", "NET_ADMIN", "-e", f"PATH={self.workdir / 'gpu'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+        args += ["-e", f"JAVA_HOME={image.JAVA_HOME}", "-e", f"HADOOP_CONF_DIR={conf}",
+                 "-e", f"HADOOP_HOME={self.workdir}", state.image, *self._command(state, node)]
+        docker("rm", "-f", node.container, check=False)
+        docker(*args)
+
+    def wait_ready(self, state: DockerClusterState, deadline: float) -> None:
+        # By address: the launcher must not depend on /etc/hosts having taken the names.
+        rm = f"http://{state.node('resourcemanager').address}:{PORTS['rm_web_port']}"
+        nn = f"http://{state.node('namenode').address}:{PORTS['nn_http_port']}"
+        definition.wait_ready(lambda: [n for n, up in self._alive(state).items() if not up], rm, nn,
+                              len(state.nodemanagers), deadline, self.workdir / "logs")
+
+    # ---- inspect -----------------------------------------------------------------------
+    def _inspect(self, state: DockerClusterState) -> dict[str, dict]:
+        proc = docker("inspect", *[n.container for n in state.nodes], check=False)
+        found = {c["Name"].lstrip("/"): c for c in json.loads(proc.stdout or "[]")}
+        return {n.name: found.get(n.container) or {} for n in state.nodes}
+
+    def _alive(self, state: DockerClusterState) -> dict[str, bool]:
+        return {name: bool(c.get("State", {}).get("Running")) for name, c in self._inspect(state).items()}
+
+    def status(self) -> dict:
+        state = self.load_state()
+        if state is None:
+            return {"workdir": str(self.workdir), "state": "down", "kind": KIND, "daemons": {}}
+        info = self._inspect(state)
+        daemons = {}
+        for node in state.nodes:
+            c = info[node.name]
+            daemons[node.name] = {
+                "container": node.container, "hostname": node.hostname, "address": node.address,
+                "alive": bool(c.get("State", {}).get("Running")), "paused": bool(c.get("State", {}).get("Paused")),
+                "connected": state.network in (c.get("NetworkSettings", {}).get("Networks") or {}),
+                "pid": c.get("State", {}).get("Pid") or None, "log": node.log}
+        overall = overall_state({n: d["alive"] for n, d in daemons.items()})
+        out = {"workdir": str(self.workdir), "kind": KIND, "state": overall, "hadoop_version": state.hadoop_version,
+               "hadoop_conf_dir": state.conf_dir, "hadoop_lib_dir": state.lib_dir,
+               "resourcemanager_web": state.rm_web, "namenode_web": state.nn_web, "default_fs": state.default_fs,
+               "image": state.image, "network": state.network, "subnet": state.subnet,
+               "python": [f"{p}/bin/python" for p in state.python_mounts[-1:]] + ["/usr/bin/python3"],
+               "shared_dir": state.shared_dir, "yarn_timers_ms": TIMERS.values(), "daemons": daemons,
+               "up_seconds": state.up_seconds}
+        if state.hosts_note:
+            out["hosts_note"] = state.hosts_note
+        if overall != "down":
+            out["daemon_rss_mb"] = _rss_mb({n: d["pid"] for n, d in daemons.items() if d["pid"]})
+        return out
+
+    # ---- down --------------------------------------------------------------------------
+    def down(self, purge: bool = False) -> list[str]:
+        state = self.load_state()
+        stopped = []
+        if state is not None:
+            alive = self._alive(state)
+            stopped = [n for n, up in alive.items() if up]
+            names = [n.container for n in state.nodes]
+            docker("rm", "-f", *names, check=False, timeout=180)
+            docker("network", "rm", state.network, check=False)
+            hosts.withdraw(self.cluster_id)
+        if purge and self.workdir.exists():
+            shutil.rmtree(self.workdir)
+        return stopped
+
+
+def _rss_mb(pids: dict[str, int]) -> dict[str, float]:
+    """Each container's process tree, read from this machine (containers share its kernel)."""
+    out = {}
+    for name, pid in pids.items():
+        try:
+            root = psutil.Process(pid)
+            out[name] = round(sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20, 1)
+        except psutil.Error:
+            pass
+    out["total"] = round(sum(out.values()), 1)
+    return out
