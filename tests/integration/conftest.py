@@ -1,43 +1,26 @@
 """Integration fixtures: one real YARN + HDFS cluster for the whole test session.
 
-Provider, in order:
+`cluster` is, in order:
 - TONY_TEST_HADOOP_CONF_DIR: an already running cluster (its client conf dir);
-- a Docker engine that answers `docker info`: docker/hadoop-cluster/docker-compose.yml through
-  pytest-docker (not exercised in CI: CI machines have no Docker engine);
 - otherwise the process launcher (tony_py.cluster): NameNode, DataNode, ResourceManager and
-  two NodeManagers as separate JVMs. This is what CI runs.
-Daemon logs are kept (and their path printed) when any test failed.
+  two NodeManagers as separate JVMs on this machine, all on 127.0.0.1.
+Tests about nodes, addresses and faults live in tests/integration/multihost/, whose conftest
+makes `cluster` the Docker cluster instead (every daemon its own host), started once per session
+too. Daemon logs are kept (and their path printed) when any test failed.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
-import requests
 
 from support import JOBS, PYTHON, ROOT, Cluster, Run, app_id_in, clean_up, finish, wait_clean
 from tony_py.cluster import LocalCluster
-from tony_py.cluster.jars import ensure_hadoop_jars
-
-
-def _docker_engine() -> bool:
-    if os.environ.get("TONY_TEST_DOCKER", "auto") == "never" or not shutil.which("docker"):
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=15).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-@pytest.fixture(scope="session")
-def docker_compose_file():
-    return str(ROOT / "docker" / "hadoop-cluster" / "docker-compose.yml")
 
 
 @pytest.fixture(scope="session")
@@ -50,18 +33,6 @@ def cluster(request) -> Cluster:
         hdfs = read_xml(Path(external) / "hdfs-site.xml")
         yield Cluster("external", Path(external), "http://" + yarn["yarn.resourcemanager.webapp.address"],
                       "http://" + hdfs["dfs.namenode.http-address"])
-        return
-    if _docker_engine():
-        services = request.getfixturevalue("docker_services")
-        conf_dir = ROOT / "docker" / "hadoop-cluster" / "client-conf"
-        rm_web, nn_web = "http://127.0.0.1:8088", "http://127.0.0.1:9870"
-        services.wait_until_responsive(
-            timeout=240, pause=2,
-            check=lambda: _responsive(f"{rm_web}/ws/v1/cluster/nodes", 2),
-        )
-        lib = ensure_hadoop_jars()  # the client's Hadoop jars, on the host
-        os.environ["TONY_HADOOP_CLASSPATH"] = f"{lib}/*"
-        yield Cluster("docker", conf_dir, rm_web, nn_web, lib_dir=lib)
         return
     workdir = ROOT / ".test-cluster"
     os.environ["TONY_CLUSTER_GPUS"] = "standin"  # two known devices, GPU machine or not
@@ -76,14 +47,6 @@ def cluster(request) -> Cluster:
     launcher.down(purge=not failed)
     if failed:
         print(f"\n[cluster] {failed} test(s) failed: daemon and container logs kept in {workdir}", file=sys.stderr)
-
-
-def _responsive(url: str, nodes: int) -> bool:
-    try:
-        data = requests.get(url, timeout=3).json()
-        return len([n for n in data["nodes"]["node"] if n["state"] == "RUNNING"]) >= nodes
-    except Exception:  # noqa: BLE001 - not up yet
-        return False
 
 
 # ---- running the real CLI ------------------------------------------------------------------------

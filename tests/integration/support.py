@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ class Cluster:
     lib_dir: Path | None = None
     workdir: Path | None = None
     nodemanagers: list[dict] = field(default_factory=list)
+    launcher: object | None = None  # the DockerCluster, for the multi-host tests
 
     def env(self, **extra) -> dict[str, str]:
         env = dict(os.environ)
@@ -114,6 +116,18 @@ class Cluster:
                 out.setdefault(task, {}).update(files)
         return out
 
+    # ---- Docker cluster: hosts ----------------------------------------------------------------
+    def daemon_on(self, host: str) -> str:
+        """The daemon name ('nodemanager2') of a host name YARN reports."""
+        short = host.split(".", 1)[0]
+        return f"nodemanager{short.removeprefix('nm')}" if short.startswith("nm") else short
+
+    def run_on(self, daemon: str, *cmd: str, check: bool = True) -> subprocess.CompletedProcess:
+        """A command inside a daemon's container (its own PID and network namespaces)."""
+        container = self.launcher.load_state().node(daemon).container
+        return subprocess.run(["docker", "exec", container, *cmd], capture_output=True, text=True, timeout=60,
+                              check=check)
+
     def am_log(self, app_id: str) -> str:
         return "".join(p.read_text(errors="replace") for d in self.container_dirs(app_id)
                        for p in d.glob("am.log"))
@@ -164,6 +178,50 @@ def app_id_in(text: str) -> str | None:
             return word
     return None
 
+
+
+class Background:
+    """The real CLI in the background, its output collected."""
+
+    def __init__(self, cluster, args):
+        self.proc = subprocess.Popen([PYTHON, "-m", "tony_py.submit", *args], cwd=ROOT, env=cluster.env(),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out: list[str] = []
+        self.err = ""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.out.append(line)
+        self.err = self.proc.stderr.read()
+
+    @property
+    def app_id(self):
+        return app_id_in("".join(self.out))
+
+    def wait(self, timeout=300) -> Run:
+        finish(self.proc, timeout)
+        self._reader.join(timeout=10)
+        return Run(self.proc.returncode, "".join(self.out), self.err, self.app_id)
+
+
+def tasks_running(cluster, job, attempt=0, count=None):
+    """The AM's task table once every task (or `count`) runs in the given gang attempt."""
+    if not job.app_id:
+        return None
+    status = cluster.am_status(job.app_id)
+    if not status:
+        return None
+    running = [t for t in status["tasks"] if t["state"] == "RUNNING" and t["attempt"] == attempt]
+    want = count if count is not None else len(status["tasks"])
+    return status if len(running) >= want else None
+
+
+def am_processes(app_id):
+    return [p for p in psutil.process_iter(["name", "cmdline", "cwd"])
+            if p.info["name"] == "java" and "io.tonypy.am.ApplicationMaster" in " ".join(p.info["cmdline"] or [])
+            and app_id in (p.info["cwd"] or "")]
 
 
 def probe_records(tmp_path) -> dict[str, dict]:

@@ -7,52 +7,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import threading
 
 import psutil
 import pytest
 
-from support import PYTHON, ROOT, Run, app_id_in, finish, probe_records, wait_for
+from support import PYTHON, ROOT, Background, am_processes, probe_records, tasks_running, wait_for
 from tony_py.cluster import LocalCluster
-
-
-class Background:
-    """The real CLI in the background, its output collected."""
-
-    def __init__(self, cluster, args):
-        self.proc = subprocess.Popen([PYTHON, "-m", "tony_py.submit", *args], cwd=ROOT, env=cluster.env(),
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.out: list[str] = []
-        self.err = ""
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self):
-        for line in self.proc.stdout:
-            self.out.append(line)
-        self.err = self.proc.stderr.read()
-
-    @property
-    def app_id(self):
-        return app_id_in("".join(self.out))
-
-    def wait(self, timeout=300) -> Run:
-        finish(self.proc, timeout)
-        self._reader.join(timeout=10)
-        return Run(self.proc.returncode, "".join(self.out), self.err, self.app_id)
-
-
-def tasks_running(cluster, job, attempt=0, count=None):
-    """The AM's task table once every task (or `count`) runs in the given gang attempt."""
-    if not job.app_id:
-        return None
-    status = cluster.am_status(job.app_id)
-    if not status:
-        return None
-    running = [t for t in status["tasks"] if t["state"] == "RUNNING" and t["attempt"] == attempt]
-    want = count if count is not None else len(status["tasks"])
-    return status if len(running) >= want else None
 
 
 def user_pid(cluster, app_id, task, attempt=0):
@@ -225,12 +185,6 @@ def test_lost_nodemanager_job_finishes_on_the_other_node(cluster, probe_args, tm
         assert "resumed from checkpoint" in logs[task]["attempt-1.stdout"]
     nm1_dirs = [p for p in cluster.container_dirs(run.app_id) if "/nm1/" in str(p)]
     assert len(nm1_dirs) >= 3  # AM + the two replacement workers
-
-
-def am_processes(app_id):
-    return [p for p in psutil.process_iter(["name", "cmdline", "cwd"])
-            if p.info["name"] == "java" and "io.tonypy.am.ApplicationMaster" in " ".join(p.info["cmdline"] or [])
-            and app_id in (p.info["cwd"] or "")]
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])

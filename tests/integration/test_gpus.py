@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import requests
 
-from support import probe_records, wait_for
-from test_failures import Background
+from support import Background, probe_records, wait_for
 
 
 def test_yarn_gpu_plugin_discovered_the_standin_devices(cluster):

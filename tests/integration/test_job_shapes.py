@@ -10,10 +10,9 @@ import threading
 import pytest
 import requests
 
-from support import USER, probe_records, wait_for
+from support import USER, Background, probe_records, tasks_running, wait_for
 from test_client_and_api import make_venv_zip
 from test_cluster import hadoop_java
-from test_failures import Background, tasks_running
 
 
 def env(record, name):

@@ -16,9 +16,9 @@ import time
 
 import requests
 
-from support import PYTHON, ROOT, USER, Browser, probe_records, screenshot, wait_for
+from support import (PYTHON, ROOT, USER, Background, Browser, am_processes, probe_records, screenshot, tasks_running,
+                     wait_for)
 from test_cluster import hadoop_java
-from test_failures import Background, am_processes, tasks_running
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 

@@ -186,6 +186,22 @@ def test_placement_specs_get_their_type_as_allocation_tag(tmp_path):
                 "tony.worker.node-label=gpu")
 
 
+def test_one_placed_type_makes_every_type_a_scheduling_request(tmp_path):
+    """YARN's CapacityScheduler ignores the SchedulingRequests of an allocate call that also
+    carries ResourceRequests (the placed workers of a job with a plain ps never came): a job with
+    a placement spec asks for all its types by constraint, so none may use a node label."""
+    placed = spec_of(tmp_path, "tony.worker.instances=2", "tony.ps.instances=1",
+                     "tony.worker.placement-spec=notin,node,worker")
+    assert placed.scheduling_requests and placed.type("ps").placement_spec is None
+    assert not spec_of(tmp_path, "tony.worker.instances=2", "tony.ps.instances=1").scheduling_requests
+    with pytest.raises(ConfigError, match="tony.ps.node-label.*tony.worker.placement-spec"):
+        spec_of(tmp_path, "tony.worker.instances=2", "tony.ps.instances=1", "tony.ps.node-label=cpu",
+                "tony.worker.placement-spec=notin,node,worker")
+    with pytest.raises(ConfigError, match="tony.application.node-label"):
+        spec_of(tmp_path, "tony.worker.instances=2", "tony.application.node-label=cpu",
+                "tony.worker.placement-spec=notin,node,worker")
+
+
 def test_session_id_and_attempt_number_follow_the_gang_attempt(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=1", "tony.am.retry-count=1")
     h.bring_up()

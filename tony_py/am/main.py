@@ -52,9 +52,10 @@ class BridgePort:
 
     def request(self, request_id: int, task_type: TaskType, count: int) -> None:
         r = task_type.resources
-        if task_type.placement_spec:  # a SchedulingRequest: YARN places it by its constraint
+        if self.spec.scheduling_requests:  # SchedulingRequests: YARN places them by their constraint
             self.bridge.requestPlaced(request_id, request_id, r.memory_mb, r.vcores, r.gpus,
-                                      list(task_type.allocation_tags), task_type.placement_spec, count)
+                                      list(task_type.allocation_tags or (task_type.name,)), task_type.placement_spec,
+                                      count)
             return
         label = task_type.node_label or self.spec.node_label
         self.bridge.request(request_id, request_id, r.memory_mb, r.vcores, r.gpus, label, count)

@@ -264,6 +264,7 @@ def _build_job_spec(conf: TonyConf, python: str) -> JobSpec:
         portal_url=_portal_url(conf),
     )
     spec = _with_dependencies(conf, spec)
+    _check_labels_with_placement(spec)
     _check_framework(spec)
     spec.validate()
     return spec
@@ -281,6 +282,22 @@ def _task_type(conf: TonyConf, name: str, instances: int, default_command: str |
     tags = _list(conf, f"tony.{name}.allocation-tags") or _list(conf, "tony.containers.allocation-tags")
     return TaskType(name, instances, _resources(conf, f"tony.{name}"), label, command,
                     placement_spec=placement, allocation_tags=tags or ((name,) if placement else ()))
+
+
+def _check_labels_with_placement(spec: JobSpec) -> None:
+    """A job with a placement spec asks for every type by constraint alone (JobSpec.scheduling_requests),
+    so no type of it can also be placed by a node label."""
+    if not spec.scheduling_requests:
+        return
+    placed = next(t.name for t in spec.types if t.placement_spec)
+    for t in spec.types:
+        if t.node_label:
+            raise ConfigError(f"tony.{t.name}.node-label", f"cannot be used in a job with a placement spec "
+                              f"(tony.{placed}.placement-spec): YARN places such a job's containers by "
+                              "constraint alone")
+    if spec.node_label:
+        raise ConfigError("tony.application.node-label", f"cannot be used in a job with a placement spec "
+                          f"(tony.{placed}.placement-spec): YARN places such a job's containers by constraint alone")
 
 
 def _tags(conf: TonyConf) -> tuple[str, ...]:

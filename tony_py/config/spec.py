@@ -151,6 +151,13 @@ class JobSpec(Checked):
     history_retention_s: int = 30 * 24 * 3600
     portal_url: str | None = None
 
+    @property
+    def scheduling_requests(self) -> bool:
+        """Whether the AM asks for containers as SchedulingRequests: when any type has a placement
+        spec, every type is asked for that way (YARN's CapacityScheduler ignores the
+        SchedulingRequests of an allocate call that also carries plain ResourceRequests)."""
+        return any(t.placement_spec for t in self.types)
+
     def validate(self) -> None:
         """Invariants every JobSpec holds, however it was made (build_job_spec names the
         offending config key; this guards the file the AM and executors read)."""

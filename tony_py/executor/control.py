@@ -54,7 +54,7 @@ class ControlServer:
         self.channel = channel
         self.verifier = verifier
         self.httpd = _Server((socket.gethostbyname(host), 0), _handler(self))
-        self.port = self.httpd.server_address[1]
+        self.address, self.port = self.httpd.server_address[:2]
         threading.Thread(target=self.httpd.serve_forever, name="executor-control", daemon=True).start()
 
     def switch_am(self, url: str) -> None:

@@ -523,7 +523,8 @@ def main() -> None:
     control = ControlServer(env.get("NM_HOST") or socket.getfqdn(), Verifier(settings.secret), channel)
     executor = Executor(settings, channel, env, cwd, control_port=control.port)
     signal.signal(signal.SIGTERM, executor.on_sigterm)
-    log.info("executor for %s in %s (pid %d)", settings.task, settings.container_id, os.getpid())
+    log.info("executor for %s in %s (pid %d); control endpoint %s:%d", settings.task, settings.container_id,
+             os.getpid(), control.address, control.port)
     try:
         fetch_job_files(channel, settings, job.get("final_conf"), cwd)
     except AmUnreachable as exc:

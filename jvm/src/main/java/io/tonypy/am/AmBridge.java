@@ -38,6 +38,7 @@ import org.apache.hadoop.yarn.api.records.ResourceInformation;
 import org.apache.hadoop.yarn.api.records.ResourceSizing;
 import org.apache.hadoop.yarn.api.records.SchedulingRequest;
 import org.apache.hadoop.yarn.api.resource.PlacementConstraint;
+import org.apache.hadoop.yarn.api.resource.PlacementConstraints;
 import org.apache.hadoop.yarn.api.records.UpdatedContainer;
 import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
 import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
@@ -54,6 +55,8 @@ import org.apache.hadoop.yarn.util.resource.ResourceUtils;
  * decisions are Python's.
  */
 public final class AmBridge {
+  /** A tag no container carries: "not on a node with it" places a request anywhere. */
+  static final String UNCONSTRAINED_TAG = "tony-py-unconstrained";
   private final YarnConfiguration conf = new YarnConfiguration();
   private final LinkedBlockingQueue<Map<String, Object>> events = new LinkedBlockingQueue<>();
   private final Map<String, Container> containers = new ConcurrentHashMap<>();
@@ -199,7 +202,11 @@ public final class AmBridge {
   /**
    * Asks for `count` containers of one job type as a SchedulingRequest with a placement
    * constraint (tony.<type>.placement-spec) and allocation tags; allocationRequestId ties them
-   * to the type as for plain requests.
+   * to the type as for plain requests. A null expression is a type without a constraint in a
+   * job whose other types have one: YARN's CapacityScheduler ignores the SchedulingRequests of
+   * an allocate call that also carries ResourceRequests, so such a job asks for every type this
+   * way, the unconstrained ones with an anti-affinity to a tag no container carries (the only
+   * constraint form the scheduler's placement handler accepts).
    */
   public void requestPlaced(long allocationRequestId, int priority, long memoryMb, int vcores, long gpus,
       java.util.List<String> tags, String expression, int count) throws Exception {
@@ -214,7 +221,10 @@ public final class AmBridge {
             .executionType(ExecutionTypeRequest.newInstance(ExecutionType.GUARANTEED))
             .allocationTags(new java.util.HashSet<>(tags))
             .resourceSizing(ResourceSizing.newInstance(count, res))
-            .placementConstraintExpression(PlacementConstraintParser.parseExpression(expression).build())
+            .placementConstraintExpression(expression == null || expression.isEmpty()
+                ? PlacementConstraints.build(PlacementConstraints.targetNotIn(PlacementConstraints.NODE,
+                    PlacementConstraints.PlacementTargets.allocationTag(UNCONSTRAINED_TAG)))
+                : PlacementConstraintParser.parseExpression(expression).build())
             .build();
     amrm.addSchedulingRequests(java.util.Collections.singletonList(request));
   }
