@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tony_py.bridge import jvm  # noqa: E402
-from tony_py.client.timeline import ENV as TIMELINE_ENV  # noqa: E402
+from tony_py.timeline import ENV as TIMELINE_ENV  # noqa: E402
 from tony_py.cluster import LocalCluster  # noqa: E402
 from tony_py.cluster.jars import distributedshell_jar  # noqa: E402
 

@@ -4,7 +4,7 @@ starts early, and the timeline marks bench/startup.py reads."""
 import json
 
 from tony_py.bridge.gateway import CLIENT_DEFAULTS, client_properties, early_launch
-from tony_py.client import timeline
+from tony_py import timeline
 
 DELAY = "dfs.client.block.write.locateFollowingBlock.initial.delay.ms"
 

@@ -3,7 +3,8 @@ import textwrap
 import pytest
 
 from tony_py.config.layers import load_conf
-from tony_py.config.build import build_job_spec, parse_memory_mb
+from tony_py.config.build import build_job_spec
+from tony_py.config.values import parse_memory_mb
 from tony_py.config.fit import check_fits
 from tony_py.config.spec import TaskId
 from tony_py.errors import ConfigError, UsageError

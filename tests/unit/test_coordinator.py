@@ -5,9 +5,9 @@ import json
 import pytest
 
 from harness import Harness, served_cluster
-from tony_py.am.coordinator import JobState
+from tony_py.am.state import JobState
 from tony_py.am.failover import AmSnapshot
-from tony_py.am.tasks import TaskState
+from tony_py.job.records import TaskState
 
 
 def test_happy_path_two_workers(tmp_path):
@@ -429,7 +429,7 @@ def test_restarting_is_observable_until_the_new_gang_is_complete(tmp_path):
 
 
 def test_every_job_state_is_reachable_and_transitions_are_checked(tmp_path):
-    from tony_py.am.coordinator import TRANSITIONS, IllegalTransition
+    from tony_py.am.state import TRANSITIONS, IllegalTransition
 
     seen = set()
     h = Harness(tmp_path, "tony.worker.instances=1", "tony.am.retry-count=1")
@@ -442,7 +442,7 @@ def test_every_job_state_is_reachable_and_transitions_are_checked(tmp_path):
     h.complete("worker:0")
     assert seen == {s.value for s in JobState} == {s.value for s in TRANSITIONS}
     with pytest.raises(IllegalTransition):
-        h.c._enter(JobState.RUNNING)  # DONE is final
+        h.c.enter(JobState.RUNNING)  # DONE is final
 
 
 def test_fcfs_serves_each_task_its_spec_at_once(tmp_path):
@@ -489,7 +489,7 @@ def test_task_command_per_type(tmp_path):
 # ---- policy: pure rules ---------------------------------------------------------------------------
 def test_policy_timeouts_and_blacklist_are_pure_functions(tmp_path):
     from tony_py.am import policy
-    from tony_py.am.tasks import Failure, FailureKind
+    from tony_py.job.records import Failure, FailureKind
 
     h = Harness(tmp_path, "tony.worker.instances=1", "tony.application.timeout=5000",
                 "tony.task.max-failures-per-node=2", "tony.task.progress-timeout-ms=1000")

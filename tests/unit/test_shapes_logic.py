@@ -5,9 +5,9 @@ import pytest
 
 from harness import Harness, served_cluster
 from tony_py import frameworks
-from tony_py.am.coordinator import JobState
+from tony_py.am.state import JobState
 from tony_py.am.launch import JobMeta, TaskLauncher, am_serves_src, job_file_delivery
-from tony_py.am.tasks import TaskState
+from tony_py.job.records import TaskState
 from tony_py.config.build import build_job_spec
 from tony_py.config.layers import load_conf
 from tony_py.config.spec import TaskId

@@ -10,76 +10,37 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import signal
 import socket
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from py4j.java_gateway import GatewayParameters, JavaGateway
 from py4j.protocol import Py4JError, Py4JJavaError
 
 from tony_py import appsecret
-from tony_py.am.coordinator import FAST_HEARTBEAT_MS, Coordinator
+from tony_py.am.coordinator import Coordinator
+from tony_py.am.recovery import FAST_HEARTBEAT_MS
 from tony_py.am import events as ev
-from tony_py.am.failover import AmSnapshot
 from tony_py.am.history import HistoryWriter
 from tony_py.am.launch import JobMeta
 from tony_py.am.local import LocalProcessPort
 from tony_py.am.runtime import Abandon, AmRuntime, placement_refused
 from tony_py.am.tasks import Task
+from tony_py.am.yarn import BridgePort, StateStore, proxy_addresses, pump
+from tony_py.job.view import TaskView
 from tony_py.auth import AuthError, Signer, call_json
 from tony_py.bridge.gateway import java_error
 from tony_py.bridge.jvm import HDFS_CLOSE_RETRY
 from tony_py.history.summary import job_summary
-from tony_py.config.spec import FINAL_CONF_FILE, SPEC_FILE, JobSpec, TaskType
+from tony_py.config.spec import FINAL_CONF_FILE, SPEC_FILE, JobSpec
 
 log = logging.getLogger("tony.am")
 
 JOB_META = "tony-job.json"
-STATE_FILE = "am-state.json"
-POLL_MS = 200
-
-
-class BridgePort:
-    """The coordinator's ClusterPort, backed by the Java AmBridge over Py4J."""
-
-    def __init__(self, bridge, spec: JobSpec):
-        self.bridge = bridge
-        self.spec = spec
-
-    def request(self, request_id: int, task_type: TaskType, count: int) -> None:
-        r = task_type.resources
-        if self.spec.scheduling_requests:  # SchedulingRequests: YARN places them by their constraint
-            self.bridge.requestPlaced(request_id, request_id, r.memory_mb, r.vcores, r.gpus,
-                                      list(task_type.allocation_tags or (task_type.name,)), task_type.placement_spec,
-                                      count)
-            return
-        label = task_type.node_label or self.spec.node_label
-        self.bridge.request(request_id, request_id, r.memory_mb, r.vcores, r.gpus, label, count)
-
-    def cancel_requests(self, request_id: int) -> None:
-        self.bridge.cancelRequests(request_id)
-
-    def launch(self, container_id: str, launch_spec: dict) -> None:
-        self.bridge.launch(container_id, json.dumps(launch_spec))
-
-    def stop(self, container_id: str) -> None:
-        self.bridge.stop(container_id)
-
-    def release(self, container_id: str) -> None:
-        self.bridge.release(container_id)
-
-    def set_progress(self, progress: float) -> None:
-        self.bridge.setProgress(float(progress))
-
-    def set_heartbeat_interval(self, ms: int) -> None:
-        self.bridge.setHeartbeatInterval(int(ms))
-
-    def blacklist(self, node_id: str) -> None:
-        self.bridge.updateBlacklist([node_id], [])
 
 
 def load_spec(path: Path) -> JobSpec:
@@ -87,8 +48,8 @@ def load_spec(path: Path) -> JobSpec:
 
 
 def log_url_for(user: str):
-    def url(task: Task) -> str | None:
-        c = task.last_container
+    def url(task: TaskView) -> str | None:
+        c = task.container
         if c is None or not c.node_http:
             return None
         return f"http://{c.node_http}/node/containerlogs/{c.id}/{user}"
@@ -105,7 +66,7 @@ def own_log_url(user: str) -> str:
 def single_node_log_url(user: str):
     """A single-node job's task writes its logs into the AM container's log dir."""
     own = own_log_url(user)
-    return lambda task: own if task.last_container is not None else None
+    return lambda task: own if task.container is not None else None
 
 
 def notify_executors(tasks: list[Task], am_url: str, signer: Signer) -> None:
@@ -119,197 +80,166 @@ def notify_executors(tasks: list[Task], am_url: str, signer: Signer) -> None:
             log.warning("could not reach the executor of %s at %s: %s", task.name, task.control_url, exc)
 
 
-def proxy_addresses(bridge) -> frozenset[str]:
-    """The IP addresses YARN's web proxy connects from (Hadoop's AmIpFilter trusts the same)."""
-    addresses = set()
-    for host_port in bridge.proxyHosts():
-        host = host_port.rsplit(":", 1)[0]
-        try:
-            addresses.update(info[4][0] for info in socket.getaddrinfo(host, None))
-        except OSError as exc:
-            log.warning("cannot resolve the web proxy host %s: %s", host, exc)
-    return frozenset(addresses)
+@dataclass
+class Attempt:
+    """This AM attempt and what it runs the job with."""
+
+    bridge: object  # the JVM's AmBridge
+    spec: JobSpec
+    meta: JobMeta
+    number: int  # YARN's attempt number, from 1
+    host: str
+    user: str
+    secret: str
+    store: StateStore
+    am: AmRuntime
+    history: HistoryWriter | None = None
+    submitted_at: float | None = None
+
+    @property
+    def tracking_url(self) -> str:
+        return self.am.url + "/"
 
 
-class StateStore:
-    """The coordinator's snapshot in the staging dir, for the next AM attempt. Written from its
-    own thread: an HDFS write can take a second (the first one loads the whole client), and the
-    event loop must not wait for it."""
-
-    def __init__(self, fs, staging_dir: str):
-        self.fs = fs
-        self.path = f"{staging_dir}/{STATE_FILE}"
-        self.saving = False
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def load(self) -> AmSnapshot | None:
-        try:
-            if not self.fs.exists(self.path):
-                return None
-            return AmSnapshot.from_dict(json.loads(self.fs.readText(self.path)))
-        except Exception as exc:  # noqa: BLE001 - a bad snapshot means starting over
-            log.warning("cannot use %s: %s", self.path, exc)
-            return None
-
-    def save(self, coordinator: Coordinator) -> None:
-        self.saving = True
-        try:
-            self.fs.writeTextAtomic(self.path, json.dumps(coordinator.snapshot().to_dict()))
-        except Exception as exc:  # noqa: BLE001 - fail-over is best effort
-            coordinator.dirty = True  # try again on the next round
-            log.warning("cannot write %s: %s", self.path, exc)
-        finally:
-            self.saving = False
-
-    def current(self, coordinator: Coordinator) -> bool:
-        """Whether a later attempt would find the task table as it is now."""
-        return not coordinator.dirty and not self.saving
-
-    def start(self, coordinator: Coordinator, interval_s: float = 0.5) -> None:
-        def loop():
-            while not self._stop.wait(interval_s):
-                if coordinator.dirty:
-                    self.save(coordinator)
-
-        self._thread = threading.Thread(target=loop, name="am-state", daemon=True)
-        self._thread.start()
-
-    def stop(self, coordinator: Coordinator, timeout_s: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=timeout_s)
-        if coordinator.dirty and not self.saving:
-            self.save(coordinator)
-
-
-def pump(bridge, events: queue.Queue, stop: threading.Event) -> None:
-    """RM/NM events from the JVM into the AM's queue (its own thread: the loop never blocks on the JVM)."""
-    while not stop.is_set():
-        try:
-            for event in json.loads(bridge.poll(POLL_MS)):
-                events.put(event)
-        except Py4JError as exc:
-            if not stop.is_set():
-                events.put({"type": "rm_error", "message": f"the AM's JVM is gone: {str(exc).splitlines()[0]}"})
-            return
-
-
-def run() -> int:
-    gateway_port = int(os.environ["TONY_GATEWAY_PORT"])
+def connect() -> Attempt:
+    """The JVM's gateway, the job's files, and the runtime that will serve it (not started yet)."""
     gateway_secret = os.environ.pop("TONY_GATEWAY_SECRET")
-    app_secret = appsecret.take()
-    gateway = JavaGateway(
-        gateway_parameters=GatewayParameters(
-            address="127.0.0.1", port=gateway_port, auth_token=gateway_secret, auto_convert=True
-        )
-    )
+    secret = appsecret.take()
+    gateway = JavaGateway(gateway_parameters=GatewayParameters(
+        address="127.0.0.1", port=int(os.environ["TONY_GATEWAY_PORT"]), auth_token=gateway_secret,
+        auto_convert=True))
     bridge = gateway.entry_point
     bridge.defaultsUnlessConfigured(json.dumps(HDFS_CLOSE_RETRY))  # before any HDFS write
-    am_attempt = bridge.attemptNumber()
+    number = bridge.attemptNumber()
     spec = load_spec(Path(SPEC_FILE))
     meta = JobMeta.from_json(json.loads(Path(JOB_META).read_text()))
-    log.info("AM for %s attempt %d: %s, %d tasks", meta.app_id, am_attempt, spec.framework, len(spec.tasks()))
-
+    log.info("AM for %s attempt %d: %s, %d tasks", meta.app_id, number, spec.framework, len(spec.tasks()))
     host = os.environ.get("NM_HOST") or socket.getfqdn()
     # the secret goes into task containers' credentials, under the alias executors look for
-    bridge.start(FAST_HEARTBEAT_MS, appsecret.CREDENTIALS_ALIAS, app_secret)
+    bridge.start(FAST_HEARTBEAT_MS, appsecret.CREDENTIALS_ALIAS, secret)
     store = StateStore(bridge.fs(), meta.staging_dir)
     user = os.environ.get("USER") or meta.user
     final_conf = Path(FINAL_CONF_FILE).read_text()
-    am = AmRuntime(spec, meta, app_secret, host, socket.gethostbyname(host), proxy_addresses(bridge),
+    am = AmRuntime(spec, meta, secret, host, socket.gethostbyname(host), proxy_addresses(bridge),
                    final_conf=final_conf if meta.files_from_am else None,
                    src_zip=Path(meta.src_zip).resolve() if meta.src_from_am else None,
-                   extra_status=lambda: {"am_attempt": am_attempt, "snapshot_current": store.current(am.coordinator),
+                   extra_status=lambda: {"am_attempt": number, "snapshot_current": store.current(am.coordinator),
                                          "user": user, "am_log_url": own_log_url(user)},
                    log_url=single_node_log_url(user) if spec.single_node else log_url_for(user))
-    history = None
-    if spec.history_intermediate:
-        history = HistoryWriter(bridge.fs(), spec.history_intermediate, spec.history_finished, meta.app_id, am_attempt,
-                                spec.history_retention_s)
-        am.events.listeners.append(history)
-        history.start(final_conf)
     submitted_ms = os.environ.get("APP_SUBMIT_TIME_ENV")
-    if submitted_ms and am_attempt == 1:
-        am.events.record(ev.SUBMITTED, f"submitted by {user}", at=int(submitted_ms) / 1000)
-    am.events.record(ev.AM_STARTED, f"AM attempt {am_attempt} on {host}", am_attempt=am_attempt, host=host)
-    if spec.single_node:
-        # TonY: the AM's own container runs the command. Here a local executor does, in a
-        # directory beside the AM's with links to the AM's localized files, so exit code, stderr
-        # tail, error file and restarts work as for any task.
-        log_dir = Path((os.environ.get("LOG_DIRS") or ".").split(",")[0])
-        port = LocalProcessPort(Path.cwd() / "tasks", host, am.queue.put, lambda name, _res: Path.cwd() / name,
-                                app_secret, log_dir_for=lambda _cid: log_dir, on_progress=bridge.setProgress,
-                                prefix=meta.app_id.removeprefix("application_"))
-    else:
-        port = BridgePort(bridge, spec)
-    coordinator = am.attach(port)
-    tracking_url = am.url + "/"
-    refused = None
+    attempt = Attempt(bridge, spec, meta, number, host, user, secret, store, am,
+                      submitted_at=int(submitted_ms) / 1000 if submitted_ms else None)
+    if spec.history_intermediate:
+        attempt.history = HistoryWriter(bridge.fs(), spec.history_intermediate, spec.history_finished, meta.app_id,
+                                        number, spec.history_retention_s)
+        am.events.listeners.append(attempt.history)
+        attempt.history.start(final_conf)
+    if attempt.submitted_at and number == 1:
+        am.events.record(ev.SUBMITTED, f"submitted by {user}", at=attempt.submitted_at)
+    am.events.record(ev.AM_STARTED, f"AM attempt {number} on {host}", am_attempt=number, host=host)
+    return attempt
+
+
+def cluster_port(a: Attempt):
+    if not a.spec.single_node:
+        return BridgePort(a.bridge, a.spec)
+    # TonY: the AM's own container runs the command. Here a local executor does, in a directory
+    # beside the AM's with links to the AM's localized files, so exit code, stderr tail, error
+    # file and restarts work as for any task.
+    log_dir = Path((os.environ.get("LOG_DIRS") or ".").split(",")[0])
+    return LocalProcessPort(Path.cwd() / "tasks", a.host, a.am.queue.put, lambda name, _res: Path.cwd() / name,
+                            a.secret, log_dir_for=lambda _cid: log_dir, on_progress=a.bridge.setProgress,
+                            prefix=a.meta.app_id.removeprefix("application_"))
+
+
+def register(a: Attempt) -> tuple[dict, str | None]:
+    """Register with the RM: its answer, and why the job must fail at once (or None)."""
     try:
-        reg = json.loads(bridge.register(host, am.server.port, tracking_url, spec.placement_spec))
+        return json.loads(a.bridge.register(a.host, a.am.server.port, a.tracking_url, a.spec.placement_spec)), None
     except Py4JJavaError as exc:
-        if not spec.placement_spec:
+        if not a.spec.placement_spec:
             raise
         # The RM refuses application-wide constraints when its placement handler is disabled:
         # register without them and fail the job with one clear line (not attempt after attempt).
         refused = placement_refused(str(exc.java_exception))
-        reg = json.loads(bridge.register(host, am.server.port, tracking_url, None))
-    log.info("registered with the RM; tracking URL %s; max container %s", tracking_url, reg.get("max_capability"))
-    coordinator.timeline["am_registered"] = time.time()
+        return json.loads(a.bridge.register(a.host, a.am.server.port, a.tracking_url, None)), refused
 
-    snapshot = store.load() if am_attempt > 1 else None
-    if snapshot is not None and not spec.single_node:
-        am.verifier.restore(snapshot.auth_last_seen)
-        adopted = coordinator.adopt(snapshot, reg.get("previous_containers") or [])
+
+def take_over(a: Attempt, coordinator: Coordinator, previous: list[dict]) -> None:
+    """A later attempt: adopt the earlier one's tasks from its snapshot, or start over."""
+    snapshot = a.store.load() if a.number > 1 else None
+    if snapshot is not None and not a.spec.single_node:
+        a.am.verifier.restore(snapshot.auth_last_seen)
+        adopted = coordinator.adopt(snapshot, previous)
         threading.Thread(target=notify_executors, daemon=True,
-                         args=(adopted, am.url, Signer(app_secret, f"am-{am_attempt}"))).start()
-    elif am_attempt > 1:
+                         args=(adopted, a.am.url, Signer(a.secret, f"am-{a.number}"))).start()
+    elif a.number > 1:
         log.warning("no snapshot from the earlier attempt: starting the job over")
-        for container in reg.get("previous_containers") or []:
-            bridge.stop(container["id"])
+        for container in previous:
+            a.bridge.stop(container["id"])
 
+
+def supervise(a: Attempt, coordinator: Coordinator, port, refused: str | None) -> bool:
+    """Run the job until it is decided; False if this attempt must end without deciding it."""
     stop_requested, pumping = threading.Event(), threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
-    threading.Thread(target=pump, args=(bridge, am.queue, pumping), name="am-events", daemon=True).start()
+    threading.Thread(target=pump, args=(a.bridge, a.am.queue, pumping), name="am-events", daemon=True).start()
     coordinator.start()
     if refused:
         coordinator.fail_job(refused)
-    store.start(coordinator)
+    a.store.start(coordinator)
     try:
         # The NodeManager stops this container with SIGTERM (application killed, AM over its
         # memory, node going down): the tasks are left alone. YARN kills them if the application
         # is over, and a next attempt re-adopts them if it is not.
-        am.run(stop_requested)
+        a.am.run(stop_requested)
     except Abandon as exc:
         log.error("ending this AM attempt: %s", exc)
         try:  # leave the next attempt the latest task table, if there is time
-            store.stop(coordinator, timeout_s=1.0)
+            a.store.stop(coordinator, timeout_s=1.0)
         except Exception:  # noqa: BLE001 - the JVM may already be going away
             pass
-        return 1
+        return False
     finally:
+        pumping.set()
         if isinstance(port, LocalProcessPort):
             port.shutdown()
-    store.stop(coordinator)
+    a.store.stop(coordinator)
+    return True
 
+
+def conclude(a: Attempt, coordinator: Coordinator) -> None:
+    """The job is decided: let the client read the end, write history, unregister, clean up."""
     final = coordinator.final_status or "FAILED"
     diagnostics = coordinator.diagnostics()
     log.info("job %s\n%s", final, diagnostics)
-    am.wait_for_final_read()
-    pumping.set()
-    if history is not None:  # complete before YARN reports the end, so a reader then finds it final
-        am.events.record(ev.APP_FINISHED, f"job {final}", status=final)
-        history.finish(job_summary(
-            coordinator, app_id=meta.app_id, user=user, finished_at=time.time(), am_attempt=am_attempt,
-            submitted_at=int(submitted_ms) / 1000 if submitted_ms else None, tracking_url=tracking_url,
-            am_log_url=own_log_url(user), log_url=am.log_url, state_events=history.states))
-    bridge.unregister(final, diagnostics[:60000], tracking_url)
+    a.am.wait_for_final_read()
+    if a.history is not None:  # complete before YARN reports the end, so a reader then finds it final
+        a.am.events.record(ev.APP_FINISHED, f"job {final}", status=final)
+        a.history.finish(job_summary(
+            coordinator.view(), app_id=a.meta.app_id, user=a.user, finished_at=time.time(), am_attempt=a.number,
+            submitted_at=a.submitted_at, tracking_url=a.tracking_url, am_log_url=own_log_url(a.user),
+            log_url=a.am.log_url, state_events=a.history.states))
+    a.bridge.unregister(final, diagnostics[:60000], a.tracking_url)
     try:
-        bridge.fs().delete(meta.staging_dir, True)
+        a.bridge.fs().delete(a.meta.staging_dir, True)
     except Exception as exc:  # noqa: BLE001 - cleanup is best effort; the client retries
-        log.warning("could not delete the staging dir %s: %s", meta.staging_dir, exc)
-    am.close()
+        log.warning("could not delete the staging dir %s: %s", a.meta.staging_dir, exc)
+    a.am.close()
+
+
+def run() -> int:
+    attempt = connect()
+    port = cluster_port(attempt)
+    coordinator = attempt.am.attach(port)
+    reg, refused = register(attempt)
+    log.info("registered with the RM; tracking URL %s; max container %s", attempt.tracking_url,
+             reg.get("max_capability"))
+    coordinator.timeline["am_registered"] = time.time()
+    take_over(attempt, coordinator, reg.get("previous_containers") or [])
+    if not supervise(attempt, coordinator, port, refused):
+        return 1
+    conclude(attempt, coordinator)
     return 0
 
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from tony_py.am.tasks import Failure, FailureKind, Task, TaskState
+from tony_py.am.tasks import Task
+from tony_py.job.records import Failure, FailureKind, TaskState
 from tony_py.config.spec import DependencyTimeout, JobSpec
 
 # YARN ContainerExitStatus values that decide how a failure is read (the others, e.g. -105

@@ -1,61 +1,28 @@
-"""What the AM tells people about the job: status.json, YARN's diagnostics, the root cause.
-
-Read-only views of the coordinator, taken under its lock by the caller.
+"""What the AM tells people about the job: status.json and the page behind the tracking URL
+(full detail), and the view of it anyone who can reach the AM may read (states only). Made from
+a JobView (tony_py/job/view.py), which the coordinator fills under its lock.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
-from tony_py.am.tasks import Failure, Task
+from tony_py.job.view import JobView, TaskView, diagnostics
 
-if TYPE_CHECKING:
-    from tony_py.am.coordinator import Coordinator
+LogUrl = Callable[[TaskView], "str | None"]
 
 # Fields of status.json that anyone who can reach the AM may read (no hosts, logs or errors).
 PUBLIC_JOB_FIELDS = ("app_id", "name", "state", "final_status", "attempt", "restarts_used", "framework",
                      "am_attempt")
 PUBLIC_TASK_FIELDS = ("name", "type", "index", "state", "tracked", "attempt")
-EVENTS_SHOWN = 100  # the status page's timeline; the history file has every event
 
 
-def root_cause(failures: list[Failure]) -> Failure | None:
-    """The earliest failure of the last attempt that failed: in a gang, the first task to die
-    usually takes the others down with it, so later failures are consequences."""
-    if not failures:
-        return None
-    last = max(f.attempt for f in failures)
-    return min((f for f in failures if f.attempt == last), key=lambda f: f.time)
-
-
-def diagnostics(c: "Coordinator") -> str:
-    """What YARN records as the application's diagnostics (and the client prints)."""
-    if c.decision is None:
-        return ""
-    lines = [f"TonY-py job {c.final_status}: {c.decision.message}"]
-    cause = root_cause(c.failures) if c.final_status != "SUCCEEDED" else None
-    if cause is not None:
-        lines.append(f"Root cause: {cause.headline()}")
-        if cause.error and cause.error.get("traceback"):
-            lines.append("--- traceback (from the task's error file) ---")
-            lines.append(cause.error["traceback"].rstrip()[-3000:])
-        if cause.stderr_tail:
-            lines.append(f"--- last lines of {cause.task} stderr ---")
-            lines.append(cause.stderr_tail.rstrip()[-4000:])
-    others = [f for f in c.failures if f is not cause]
-    if others:
-        lines.append(("Other failures (in order): " if cause else "Failures the job tolerated: ")
-                     + "; ".join(f.headline() for f in others[:10]))
-    lines.append("Tasks: " + ", ".join(f"{t.name} {t.state.value}" for t in c.tasks.values()))
-    return "\n".join(lines)
-
-
-def task_row(t: Task, log_url: Callable[[Task], str | None]) -> dict:
-    c = t.last_container
+def task_row(t: TaskView, log_url: LogUrl) -> dict:
+    c = t.container
     return {
         "name": t.name,
-        "type": t.id.type,
-        "index": t.id.index,
+        "type": t.type,
+        "index": t.index,
         "state": t.state.value,
         "tracked": t.tracked,
         "attempt": t.attempt,
@@ -74,26 +41,26 @@ def task_row(t: Task, log_url: Callable[[Task], str | None]) -> dict:
     }
 
 
-def status(c: "Coordinator", log_url: Callable[[Task], str | None]) -> dict:
-    cause = root_cause(c.failures)
+def status(view: JobView, log_url: LogUrl) -> dict:
+    cause = view.root_cause()
     return {
-        "state": c.state.value,
-        "final_status": c.final_status,
-        "attempt": c.attempt,
-        "restarts_used": c.restarts_used,
-        "restarts_allowed": c.spec.am_retry_count,
-        "framework": c.spec.framework,
-        "diagnostics": diagnostics(c) if c.decision else None,
+        "state": view.state,
+        "final_status": view.final_status,
+        "attempt": view.attempt,
+        "restarts_used": view.restarts_used,
+        "restarts_allowed": view.spec.am_retry_count,
+        "framework": view.spec.framework,
+        "diagnostics": diagnostics(view) if view.final_status else None,
         "root_cause": cause.to_dict() if cause else None,
-        "failures": [f.to_dict() for f in c.failures],
-        "timeline": dict(c.timeline),
-        "messages": c.events.lines(20),
-        "stage": c.stage,
-        "tensorboard_url": c.tensorboard_url,
-        "queue": c.spec.queue,
-        "started_at": c.started_at,
-        "events": list(c.events.recent)[-EVENTS_SHOWN:],
-        "tasks": [task_row(t, log_url) for t in c.tasks.values()],
+        "failures": [f.to_dict() for f in view.failures],
+        "timeline": dict(view.timeline),
+        "messages": list(view.messages),
+        "stage": view.stage,
+        "tensorboard_url": view.tensorboard_url,
+        "queue": view.spec.queue,
+        "started_at": view.started_at,
+        "events": list(view.events),
+        "tasks": [task_row(t, log_url) for t in view.tasks],
     }
 
 

@@ -21,7 +21,7 @@ from tony_py.am.coordinator import Coordinator
 from tony_py.am.events import EventLog
 from tony_py.am.launch import JobMeta, TaskLauncher
 from tony_py.am.server import AmHttpServer, JobFiles
-from tony_py.am.tasks import Task
+from tony_py.job.view import TaskView
 from tony_py.auth import Verifier
 from tony_py.config.spec import JobSpec
 
@@ -71,7 +71,7 @@ def dispatch(coordinator: Coordinator, event: dict) -> None:
 class AmRuntime:
     def __init__(self, spec: JobSpec, meta: JobMeta, secret: str, host: str, bind_ip: str,
                  trusted_addresses: frozenset[str] = frozenset(), extra_status: Callable[[], dict] = dict,
-                 log_url: Callable[[Task], str | None] = lambda t: None, events: EventLog | None = None,
+                 log_url: Callable[[TaskView], str | None] = lambda t: None, events: EventLog | None = None,
                  final_conf: str | None = None, src_zip: Path | None = None):
         """final_conf (tony-final.xml's text) and src_zip (the zipped src_dir) are what executors
         fetch before registering (GET /v1/job, /v1/src), when the AM serves them (not None)."""

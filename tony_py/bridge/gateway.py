@@ -21,7 +21,7 @@ from py4j.protocol import Py4JError, Py4JJavaError
 from tony_py import paths
 from tony_py.bridge import jvm
 from tony_py.bridge.interrupts import guard
-from tony_py.client import timeline
+from tony_py import timeline
 from tony_py.config.xmlconf import read_xml
 from tony_py.errors import SetupError, TonyError
 

@@ -247,7 +247,7 @@ def start_local(prepared: PreparedJob, env: dict[str, str] | None = None) -> Loc
     secret = appsecret.generate()
     logs = workdir / "logs"
     am = AmRuntime(prepared.spec, meta, secret, HOST, HOST, log_url=lambda t: (
-        f"file://{logs / t.last_container.id}" if t.last_container else None),
+        f"file://{logs / t.container.id}" if t.container else None),
         final_conf=to_xml(final_conf(prepared, app_id)))
     if prepared.spec.gpu_assignment == "auto":
         # a task sees the GPUs it was given (its launch env names them) and no others

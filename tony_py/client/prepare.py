@@ -20,7 +20,8 @@ from tony_py.am.launch import JAR_LINK, RUNTIME_LINK
 from tony_py.client.flags import SubmitArgs
 from tony_py.client.staging import check_local_inputs
 from tony_py.config import checks, keys
-from tony_py.config.build import build_job_spec, parse_env_list
+from tony_py.config.build import build_job_spec
+from tony_py.config.values import parse_env_list
 from tony_py.config.layers import TonyConf, load_conf, parse_overrides
 from tony_py.config.spec import SPEC_FILE, JobSpec
 from tony_py.config.xmlconf import parse_xml, read_xml, to_xml

@@ -20,7 +20,7 @@ from tony_py.am.launch import (JAR_LINK, RUNTIME_LINK, JobMeta, docker_env, job_
                                needs_hadoop_in_task)
 from tony_py.bridge import jvm
 from tony_py.bridge.interrupts import guard
-from tony_py.client import timeline
+from tony_py import timeline
 from tony_py.client.job import Job
 from tony_py.bridge.gateway import ClientGateway, JvmLaunch
 from tony_py.client.flags import SubmitArgs
@@ -133,67 +133,21 @@ class Submission:
 
     # ---- staging ---------------------------------------------------------------------------
     def _stage(self, tmp: Path) -> tuple[dict[str, Resource], JobMeta]:
-        args = self.job.args
-        st = self.stager
-        st.create_dirs()
+        self.stager.create_dirs()
         resources: dict[str, Resource] = {}
         task_links: list[str] = []
-
-        runtime = build_runtime_zip(tmp / "runtime.zip")
-        resources[RUNTIME_LINK] = st.upload_cached(
-            runtime, f"tony-runtime-{sha256_file(runtime, remember=False)[:20]}.zip", "ARCHIVE")
-        task_links.append(RUNTIME_LINK)
-        jar = paths.locate_jar()
-        resources[JAR_LINK] = st.upload_cached(jar, f"tony-py-{sha256_file(jar)[:20]}.jar", "FILE")
-
-        if args.python_venv:
-            if "://" in args.python_venv:
-                resources[VENV_LINK] = st.remote(args.python_venv, "ARCHIVE")
-            else:
-                venv = Path(args.python_venv)
-                resources[VENV_LINK] = st.upload_cached(venv, f"venv-{sha256_file(venv)[:20]}.zip", "ARCHIVE")
-            task_links.append(VENV_LINK)
-
+        src_zip = self._stage_code(tmp, resources, task_links)
         kerberos = self.gw.call("check the cluster's authentication", self.gw.bridge.securityEnabled)
-        src_zip = None
-        if args.src_dir:
-            if "://" in args.src_dir:
-                resources[SRC_LINK] = st.remote(args.src_dir, "FILE")
-            else:
-                src = Path(args.src_dir)
-                local = src if src.is_file() else zip_src_dir(src, tmp / "src.zip")
-                resources[SRC_LINK] = st.upload_private(local, f"tony_src_{self.app_id}.zip")
-            src_zip = SRC_LINK
         # The secret reaches task containers in their credentials; the spec, tony-final.xml and
         # src_dir from the AM or, on a Kerberos cluster or when too large, by localization.
         files_from_am, src_from_am, localized = job_file_delivery(
             kerberos, self.job.spec.single_node, src_zip, resources[SRC_LINK].size if src_zip else 0,
             len(self.job.spec.tasks()))
         task_links += localized
-
-        for link, res in self._user_resources("tony.containers.resources", tmp):
-            resources[link] = res
-            task_links.append(link)
-        type_links: dict[str, list[str]] = {}
-        for task_type in self.job.spec.types:
-            for link, res in self._user_resources(f"tony.{task_type.name}.resources", tmp):
-                resources[link] = res
-                type_links.setdefault(task_type.name, []).append(link)
-        if needs_hadoop_in_task(self.job.spec):  # the sidecar mirrors a remote log dir with our jar
-            type_links.setdefault(TENSORBOARD_TYPE, []).append(JAR_LINK)
-
-        hdfs_cp = []
-        for directory in (args.hdfs_classpath or "").split(","):
-            if directory.strip():
-                for path in self.gw.call("list --hdfs_classpath", self.gw.fs.listFiles, directory.strip()):
-                    link = checks.link_name("--hdfs_classpath", path.rsplit("/", 1)[-1])
-                    resources[link] = st.remote(path, "FILE")
-                    task_links.append(link)
-                    hdfs_cp.append(link)
-
+        type_links, hdfs_cp = self._stage_resources(tmp, resources, task_links)
         meta = JobMeta(
             app_id=self.app_id,
-            staging_dir=st.staging_dir,
+            staging_dir=self.stager.staging_dir,
             user=getpass.getuser(),
             resources={},
             task_resources=task_links,
@@ -204,6 +158,62 @@ class Submission:
             extra={"hdfs_classpath": hdfs_cp, "type_resources": type_links,
                    "hadoop_classpath": self._application_classpath()},
         )
+        self._stage_job_files(resources, meta, type_links)
+        return resources, meta
+
+    def _stage_code(self, tmp: Path, resources: dict[str, Resource], task_links: list[str]) -> str | None:
+        """TonY-py's runtime and jar, the venv and the src_dir; the src_dir's link, if any."""
+        args, st = self.job.args, self.stager
+        runtime = build_runtime_zip(tmp / "runtime.zip")
+        resources[RUNTIME_LINK] = st.upload_cached(
+            runtime, f"tony-runtime-{sha256_file(runtime, remember=False)[:20]}.zip", "ARCHIVE")
+        task_links.append(RUNTIME_LINK)
+        jar = paths.locate_jar()
+        resources[JAR_LINK] = st.upload_cached(jar, f"tony-py-{sha256_file(jar)[:20]}.jar", "FILE")
+        if args.python_venv:
+            if "://" in args.python_venv:
+                resources[VENV_LINK] = st.remote(args.python_venv, "ARCHIVE")
+            else:
+                venv = Path(args.python_venv)
+                resources[VENV_LINK] = st.upload_cached(venv, f"venv-{sha256_file(venv)[:20]}.zip", "ARCHIVE")
+            task_links.append(VENV_LINK)
+        if not args.src_dir:
+            return None
+        if "://" in args.src_dir:
+            resources[SRC_LINK] = st.remote(args.src_dir, "FILE")
+        else:
+            src = Path(args.src_dir)
+            local = src if src.is_file() else zip_src_dir(src, tmp / "src.zip")
+            resources[SRC_LINK] = st.upload_private(local, f"tony_src_{self.app_id}.zip")
+        return SRC_LINK
+
+    def _stage_resources(self, tmp: Path, resources: dict[str, Resource],
+                         task_links: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+        """The user's resources (for every task, and per type) and --hdfs_classpath's files."""
+        for link, res in self._user_resources("tony.containers.resources", tmp):
+            resources[link] = res
+            task_links.append(link)
+        type_links: dict[str, list[str]] = {}
+        for task_type in self.job.spec.types:
+            for link, res in self._user_resources(f"tony.{task_type.name}.resources", tmp):
+                resources[link] = res
+                type_links.setdefault(task_type.name, []).append(link)
+        if needs_hadoop_in_task(self.job.spec):  # the sidecar mirrors a remote log dir with our jar
+            type_links.setdefault(TENSORBOARD_TYPE, []).append(JAR_LINK)
+        hdfs_cp = []
+        for directory in (self.job.args.hdfs_classpath or "").split(","):
+            if directory.strip():
+                for path in self.gw.call("list --hdfs_classpath", self.gw.fs.listFiles, directory.strip()):
+                    link = checks.link_name("--hdfs_classpath", path.rsplit("/", 1)[-1])
+                    resources[link] = self.stager.remote(path, "FILE")
+                    task_links.append(link)
+                    hdfs_cp.append(link)
+        return type_links, hdfs_cp
+
+    def _stage_job_files(self, resources: dict[str, Resource], meta: JobMeta, type_links: dict[str, list[str]]) -> None:
+        """The AM's own files: the cluster's site files, the secret, tony-final.xml, the spec, the
+        job's metadata (which names what each task localizes)."""
+        st = self.stager
         for name, local in self.job.hadoop_conf_files.items():  # first on the AM's classpath
             resources[name] = st.upload_private(Path(local), name)
         self.secret = appsecret.generate()
@@ -215,7 +225,6 @@ class Submission:
         shipped = set(meta.task_resources).union(*type_links.values())
         meta.resources = {k: v.to_json() for k, v in resources.items() if k in shipped}
         resources["tony-job.json"] = st.write_text("tony-job.json", json.dumps(meta.to_json(), indent=1))
-        return resources, meta
 
     def _user_resources(self, key: str, tmp: Path) -> list[tuple[str, Resource]]:
         """The entries of a resources key, each file once (empty and repeated entries skipped)."""

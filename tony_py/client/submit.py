@@ -22,7 +22,7 @@ from tony_py.client.crash import report_unexpected
 from tony_py.client.flags import parse_args
 from tony_py.client.monitor import Monitor
 from tony_py.client.prepare import PreparedJob, local_paths, prepare
-from tony_py.client import timeline
+from tony_py import timeline
 from tony_py.client.submission import Submission, open_gateway
 from tony_py.errors import TonyError, UsageError
 from tony_py.history.store import HistoryStore

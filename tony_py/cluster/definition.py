@@ -137,6 +137,28 @@ def java_command(java: str, daemon: str, conf_dir: str, lib_dir: str, log_dir: s
 NAMENODE_FORMAT_ARGS = ("-format", "-force", "-nonInteractive", "-clusterid", "tony-py-local")
 
 
+# ---- state ----------------------------------------------------------------------------------------
+def read_state(path: Path, cls):
+    try:
+        return cls.from_json(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as exc:
+        raise SetupError(f"{path} is unreadable ({exc}); remove it") from exc
+
+
+def save_state(path: Path, state) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state.to_json(), indent=2))
+    tmp.replace(path)
+
+
+def overall_state(alive: dict[str, bool]) -> str:
+    if alive and all(alive.values()):
+        return "running"
+    return "degraded" if any(alive.values()) else "down"
+
+
 # ---- ready -------------------------------------------------------------------------------------
 def hdfs_ready(nn_web: str) -> tuple[bool, str]:
     url = f"{nn_web}/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo"

@@ -40,7 +40,7 @@ import psutil
 from tony_py import paths
 from tony_py.cluster import definition, hosts, image, jars
 from tony_py.cluster.engine import check_engine
-from tony_py.cluster.processes import overall_state, read_state, save_state
+from tony_py.cluster.definition import overall_state, read_state, save_state
 from tony_py.errors import SetupError
 
 KIND = "docker"

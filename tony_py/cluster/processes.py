@@ -10,7 +10,6 @@ find the exact processes `up` started (pid plus start time, so a recycled pid is
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import re
 import shutil
@@ -26,6 +25,7 @@ import psutil
 from tony_py import paths
 from tony_py.bridge import jvm
 from tony_py.cluster import definition, jars
+from tony_py.cluster.definition import overall_state, read_state, save_state
 from tony_py.errors import SetupError
 
 HOST = "127.0.0.1"
@@ -114,21 +114,6 @@ def _free_ports(count: int) -> list[int]:
 def _standin_dir(nm: dict) -> str | None:
     """The stand-in nvidia-smi's directory, for the NodeManager that discovers with it."""
     return str(Path(nm["gpu_discovery"]).parent) if nm.get("gpu_standin") else None
-
-
-def read_state(path: Path, cls):
-    try:
-        return cls.from_json(json.loads(path.read_text()))
-    except FileNotFoundError:
-        return None
-    except (ValueError, TypeError) as exc:
-        raise SetupError(f"{path} is unreadable ({exc}); remove it") from exc
-
-
-def save_state(path: Path, state) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state.to_json(), indent=2))
-    tmp.replace(path)
 
 
 class LocalCluster:
@@ -384,12 +369,6 @@ class LocalCluster:
         containers = re.compile(re.escape(str(self.workdir)) + r"/data/nm\d+/local/usercache/[^/]+/appcache/")
         _kill([p for p in psutil.process_iter(["cwd"])
                if containers.match(p.info.get("cwd") or "") and p.pid not in ours])
-
-
-def overall_state(alive: dict[str, bool]) -> str:
-    if alive and all(alive.values()):
-        return "running"
-    return "degraded" if any(alive.values()) else "down"
 
 
 def _kill(procs: list[psutil.Process]) -> None:

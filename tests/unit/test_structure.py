@@ -1,0 +1,107 @@
+"""The house rules a newcomer can rely on, checked on every run: no module of tony_py over 400
+lines and no function over 60; imports (type hints included) form no circle and run one way,
+from the rooms that start processes down to the shared vocabulary."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "tony_py"
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+
+# Each room may import its own modules and those of lower layers, never a higher one.
+LAYERS = [
+    {"tony_py", "errors", "paths", "timeline", "task", "appsecret", "auth"},  # shared helpers
+    {"config"},  # the job's configuration and spec
+    {"job", "frameworks", "web", "bridge"},  # the job's records; env per framework; page style; the JVM
+    {"history", "executor", "cluster"},
+    {"am"},
+    {"client", "sidecar"},
+    {"api", "cli", "submit"},  # entry points
+]
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def imports(mods: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the tony_py modules it imports (`from pkg import submodule` counts as the
+    submodule), wherever the import stands (under TYPE_CHECKING too)."""
+    edges: dict[str, set[str]] = defaultdict(set)
+    for mod, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tony_py"):
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                           for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names if a.name.startswith("tony_py")]
+            for target in targets:
+                while target not in mods and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                if target != mod:
+                    edges[mod].add(target)
+    return edges
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "tony_py"
+
+
+def layer(name: str) -> int:
+    return next(i for i, rooms in enumerate(LAYERS) if name in rooms)
+
+
+def test_no_module_over_400_lines_and_no_function_over_60():
+    too_long = []
+    for mod, path in modules().items():
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            too_long.append(f"{mod}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_long.append(f"{mod}.{node.name}: {length} lines")
+    assert too_long == []
+
+
+def test_every_room_has_a_layer():
+    assert {room(m) for m in modules()} <= set().union(*LAYERS)
+
+
+def test_imports_run_one_way():
+    upward = [f"{a} -> {b}" for a, targets in imports(modules()).items() for b in targets
+              if layer(room(b)) > layer(room(a))]
+    assert upward == []
+
+
+def test_no_import_circles():
+    mods, edges = modules(), imports(modules())
+    found, state = [], {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == "open":
+                found.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for mod in sorted(mods):
+        if mod not in state:
+            visit(mod, [mod])
+    # A package's __init__ that re-exports from a submodule which imports a sibling through the
+    # package (`from tony_py.cluster import definition`) is how packages work, not a circle.
+    circles = [" -> ".join(c) for c in found if not any(mods[m].name == "__init__.py" for m in c)]
+    assert circles == []

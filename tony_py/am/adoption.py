@@ -1,0 +1,119 @@
+"""AM fail-over, the coordinator's side: the snapshot one AM attempt leaves in the staging dir,
+and how the next attempt takes the job over from it (failover.plan_adoption decides what happens
+to each task; this applies it). Runs under the job's lock.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from tony_py.am import events as ev
+from tony_py.am.failover import SNAPSHOT_VERSION, AmSnapshot, TaskRecord, Verdict, plan_adoption
+from tony_py.am.policy import Decision
+from tony_py.am.recovery import Recovery
+from tony_py.am.state import Job, JobState
+from tony_py.am.tasks import Task
+from tony_py.job.records import FailureKind, TaskState
+
+# How long re-adopted executors may stay silent while they learn the new AM's address.
+ADOPTION_GRACE_S = 20.0
+
+
+def snapshot(job: Job, auth_last_seen: Callable[[], dict[str, int]]) -> AmSnapshot:
+    """What a later AM attempt needs to take over."""
+    job.dirty = False
+    return AmSnapshot(
+        version=SNAPSHOT_VERSION,
+        state=job.state.value,
+        attempt=job.attempt,
+        restarts_used=job.restarts_used,
+        cluster_view=job.cluster_view,
+        started_at=job.started_at,
+        chief_done_at=job.chief_done_at,
+        tasks={name: TaskRecord(
+            state=t.state, attempt=t.attempt, container=t.container, last_container=t.last_container,
+            address=t.address, tb_port=t.tb_port, control_url=t.control_url, exit_code=t.exit_code,
+            signal=t.signal, failure=t.failure, released=t.released, tracked=t.tracked, gpus=list(t.gpus))
+            for name, t in job.tasks.items()},
+        failures=list(job.failures),
+        node_failures=dict(job.node_failures),
+        blacklisted=sorted(job.blacklisted),
+        verdict=Verdict(job.final_status, job.decision.action, job.decision.message) if job.decision else None,
+        stage=job.stage,
+        callbacks=dict(job.callbacks),
+        tensorboard_url=job.tensorboard_url,
+        auth_last_seen=auth_last_seen(),
+    )
+
+
+def adopt(job: Job, recovery: Recovery, snap: AmSnapshot, live_containers: list[dict]) -> list[Task]:
+    """Take over from an earlier AM attempt. Returns the tasks whose executors must be told where
+    the new AM is."""
+    port = recovery.port
+    plan = plan_adoption(snap, {c["id"] for c in live_containers})
+    _restore_job(job, snap)
+    for node in snap.blacklisted:
+        port.blacklist(node)
+    for name, record in snap.tasks.items():
+        task = job.tasks.get(name)
+        if task is not None:
+            _restore_task(job, port, task, record, plan)
+    for container_id in plan.strangers:  # kept by YARN but unknown to the snapshot
+        port.stop(container_id)
+    job.events.record(ev.AM_FAILOVER, f"took over from an earlier AM attempt: {len(plan.readopt)} task(s) "
+                                      f"re-adopted, {len(plan.lost)} lost while no AM was running")
+    if snap.verdict:
+        for name in plan.lost:
+            job.tasks[name].state = TaskState.STOPPED
+        recovery.finish(Decision(snap.verdict.action, snap.verdict.message), status=snap.verdict.status)
+        return []
+    if snap.state in (JobState.RUNNING.value, JobState.RESTARTING.value) and snap.state != job.state.value:
+        job.enter(JobState(snap.state), f"resumed {snap.state} from the earlier AM attempt")
+    # Several tasks lost at once are one event: record them all, decide once.
+    lost = [job.tasks[name] for name in plan.lost if name in job.tasks]
+    for task in lost:
+        recovery.fail(task, FailureKind.LOST, "its container ended while no AM was running",
+                      container=task.last_container, apply=False)
+    if lost:
+        recovery.after_failure(lost[0])
+    job.dirty = True
+    return [job.tasks[name] for name in plan.readopt if job.tasks[name].container is not None]
+
+
+def _restore_job(job: Job, snap: AmSnapshot) -> None:
+    job.attempt, job.restarts_used = snap.attempt, snap.restarts_used
+    job.cluster_view, job.started_at = snap.cluster_view, snap.started_at
+    job.chief_done_at = snap.chief_done_at
+    job.stage, job.callbacks, job.tensorboard_url = snap.stage, dict(snap.callbacks), snap.tensorboard_url
+    job.failures = list(snap.failures)
+    job.node_failures = dict(snap.node_failures)
+    job.blacklisted.update(snap.blacklisted)
+
+
+def _restore_task(job: Job, port, task: Task, record: TaskRecord, plan) -> None:
+    now = job.clock()
+    name = task.name
+    task.attempt = record.attempt
+    task.address, task.tb_port = record.address, record.tb_port
+    task.exit_code, task.signal, task.failure = record.exit_code, record.signal, record.failure
+    task.released, task.tracked = record.released, record.tracked
+    task.last_container = record.last_container
+    if name in plan.readopt:
+        task.container, task.container_started = record.container, True
+        task.gpus = list(record.gpus)
+        if record.gpus:
+            job.gpus.record(record.container.node_id, record.container.id, record.gpus)
+        task.control_url, task.state = record.control_url, record.state
+        task.launched_at = now
+        task.last_heartbeat = now + ADOPTION_GRACE_S  # while it learns the new address
+        if record.state == TaskState.RUNNING:
+            task.started_at = task.last_progress = now
+    elif name in plan.replace:  # launched but never registered: cheaper to replace
+        port.stop(record.container.id)
+        task.reset_for_attempt(record.attempt, keep_container=False)
+    elif name in plan.finished:
+        task.state = record.state
+    elif name in plan.lost:
+        task.state = TaskState.RUNNING
+    else:
+        task.state = TaskState.PENDING

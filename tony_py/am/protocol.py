@@ -1,0 +1,270 @@
+"""The executor protocol, the AM's side: what each executor call does to the job, and what the
+executor is answered.
+
+    register ─▶ spec (long-poll; answered when the gang is complete) ─▶ started ─▶ heartbeat …
+    ─▶ result ─▶ answer: exit, or restart at the next gang attempt
+
+Every call names the task, the gang attempt and the container it comes from. A call from a copy
+of a task that is no longer current (another container runs the task now, or the job is over)
+is answered with an instruction instead: `exit`, or `restart` at the current attempt. Runs under
+the job's lock (the coordinator's entry points take it); the HTTP layer is server.py.
+"""
+
+from __future__ import annotations
+
+from tony_py import frameworks
+from tony_py.am import events as ev
+from tony_py.am import policy
+from tony_py.am.policy import Action, Decision
+from tony_py.am.recovery import Recovery
+from tony_py.am.state import Job, JobState
+from tony_py.am.tasks import Task
+from tony_py.frameworks.envplan import EnvPlan, SpecAnswer
+from tony_py.job.records import FailureKind, TaskState
+
+
+class ExecutorProtocol:
+    def __init__(self, job: Job, recovery: Recovery):
+        self.job = job
+        self.recovery = recovery
+        self._plan: tuple[tuple, dict, EnvPlan] | None = None
+
+    # ---- which copy of a task is calling, and is it current --------------------------------
+    def lookup(self, name: str, attempt: int, container_id: str | None) -> tuple[Task | None, dict | None]:
+        """The task an executor call is about, and what to answer instead if the call is stale."""
+        task = self.job.tasks.get(name)
+        if task is None:
+            return None, {"action": "exit", "reason": f"unknown task {name}"}
+        if attempt > task.attempt and self._current(task, container_id):
+            self._catch_up(task, attempt)
+        return task, self.instruction(task, attempt, container_id)
+
+    @staticmethod
+    def _current(task: Task, container_id: str | None) -> bool:
+        return task.container is not None and not (container_id and task.container.id != container_id)
+
+    def instruction(self, task: Task, attempt: int, container_id: str | None) -> dict | None:
+        """What a stale or superseded executor should do instead; None if it is current."""
+        if not self._current(task, container_id):
+            return {"action": "exit", "reason": "this container no longer runs the task"}
+        if self.job.decision is not None or task.stopping or task.released:
+            return {"action": "exit", "reason": "the job is finishing" if self.job.decision else "the task is over"}
+        if attempt != task.attempt:
+            return {"action": "restart", "attempt": task.attempt}
+        return None
+
+    def _catch_up(self, task: Task, attempt: int) -> None:
+        """An executor reports an attempt this AM never ordered: the previous AM attempt restarted
+        the gang and died before its snapshot said so. Move the whole gang past it; the restart
+        was the old AM's, so it costs nothing again."""
+        job = self.job
+        job.attempt = attempt - 1
+        job.restarts_used -= 1
+        self.recovery.restart(Decision(Action.RESTART, f"caught up with {task.name}, which an earlier AM attempt "
+                                                       f"had already restarted to attempt {attempt}"))
+
+    # ---- registration and the gang ---------------------------------------------------------
+    def register(self, name: str, attempt: int, container_id: str, port: int, tb_port: int | None,
+                 control_port: int | None = None, gpus: list[str] | None = None) -> dict:
+        job = self.job
+        task, stale = self.lookup(name, attempt, container_id)
+        if stale:
+            return stale
+        task.kept = False
+        if gpus:  # the NodeManager assigned these devices itself: they are the truth
+            job.gpus.record(task.container.node_id, task.container.id, gpus)
+            task.gpus = list(gpus)
+        task.address = f"{task.container.host}:{port}"
+        task.tb_port = tb_port
+        task.control_url = f"http://{task.container.host}:{control_port}" if control_port else None
+        task.last_heartbeat = job.clock()
+        task.state = TaskState.REGISTERED
+        job.dirty = True
+        job.mark("first_executor_registered")
+        job.events.record(ev.REGISTERED, f"executor registered at {task.address}", task.name, attempt=task.attempt)
+        self.serve_if_complete()
+        return {"ok": True, "attempt": task.attempt}
+
+    def gang_complete(self) -> bool:
+        """Every task of the current stage registered in this attempt (a sidecar that failed is
+        left out)."""
+        job = self.job
+        return all(
+            t.state in (TaskState.REGISTERED, TaskState.RUNNING)
+            or (t.id.type in job.spec.sidecar and t.state == TaskState.FAILED)
+            for t in job.tasks.values() if job.spec.stage_of(t.id.type) == job.stage
+        )
+
+    def serve_if_complete(self) -> None:
+        """GANG: once every task registered, serve the cluster spec (enters RUNNING, which wakes
+        the waiting long-polls)."""
+        job = self.job
+        if job.cluster_view is None and job.spec.distributed_mode == "GANG" and self.gang_complete():
+            job.cluster_view = self.cluster_view()
+            job.mark("all_executors_registered")
+            job.enter(JobState.RUNNING, f"attempt {job.attempt}: all {len(job.tasks)} tasks registered; spec served")
+
+    def cluster_view(self) -> dict[str, list[str]]:
+        """Addresses of this stage's tasks and of earlier stages' tasks still running."""
+        job = self.job
+        view: dict[str, list[str]] = {}
+        for t in job.tasks.values():
+            if t.address and (job.spec.stage_of(t.id.type) == job.stage or not t.state.finished):
+                view.setdefault(t.id.type, []).append(t.address)
+        return view
+
+    # ---- the spec ----------------------------------------------------------------------------
+    def try_spec(self, name: str, attempt: int, container_id: str) -> SpecAnswer | dict | None:
+        """The answer to a spec long-poll now: the task's env (a SpecAnswer), an instruction for
+        a stale executor, or None while the spec does not exist yet."""
+        job = self.job
+        task, stale = self.lookup(name, attempt, container_id)
+        if stale:
+            return stale
+        task.last_heartbeat = job.clock()  # a waiting long-poll proves the executor alive
+        view = job.cluster_view
+        if view is None and job.spec.distributed_mode == "FCFS" and task.address:
+            view = self.cluster_view()  # FCFS: each task starts with what has registered so far
+            if job.state in (JobState.ALLOCATING, JobState.RESTARTING):
+                job.enter(JobState.RUNNING, f"attempt {job.attempt}: first spec served (FCFS)")
+        if view is None or not task.address or not frameworks.ready(job.spec, task.id, job.callbacks):
+            return None
+        job.mark("first_spec_served")
+        job.events.record(ev.SPEC_SERVED, "cluster spec served", task.name, attempt=task.attempt)
+        plan = self._env_plan(view)
+        return SpecAnswer(self._task_env(task, plan), plan)
+
+    def polling(self, name: str, delta: int) -> None:
+        """A long-poll of the task's executor started (+1) or ended (-1): alive, not heartbeating."""
+        task = self.job.tasks.get(name)
+        if task is not None:
+            task.polling = max(0, task.polling + delta)
+
+    def _env_plan(self, view: dict[str, list[str]]) -> EnvPlan:
+        """The framework's plan for this view, built once per served view (FCFS views differ per
+        task and are not kept)."""
+        job = self.job
+        key = (job.attempt, job.stage, job.callbacks_seen)
+        if view is job.cluster_view and self._plan is not None and self._plan[0] == key and self._plan[1] is view:
+            return self._plan[2]
+        plan = frameworks.plan(job.spec, view, job.callbacks)
+        if view is job.cluster_view:
+            self._plan = (key, view, plan)
+        return plan
+
+    @staticmethod
+    def _task_env(task: Task, plan: EnvPlan) -> dict[str, str]:
+        env = plan.env(task.id)
+        env["TONY_RESTART_ATTEMPT"] = str(task.attempt)
+        # TonY's counters, with TonY's meaning (TonY itself left both at 0: a bug): the session
+        # a task belongs to, which user code reads to resume.
+        env["SESSION_ID"] = env["ATTEMPT_NUMBER"] = str(task.attempt)
+        if task.attempt:
+            env["NUM_AM_RETRIES"] = str(task.attempt)
+        if task.tb_port:
+            env["TB_PORT"] = str(task.tb_port)
+        return env
+
+    # ---- while the task runs -----------------------------------------------------------------
+    def task_started(self, name: str, attempt: int, container_id: str, pid: int) -> dict:
+        job = self.job
+        task, stale = self.lookup(name, attempt, container_id)
+        if stale:
+            return stale
+        task.pid = pid
+        task.started_at = task.last_progress = job.clock()
+        task.state = TaskState.RUNNING
+        job.dirty = True
+        job.mark("first_task_started")
+        job.events.record(ev.TASK_STARTED, "user process started", task.name, attempt=task.attempt)
+        if all(t.state == TaskState.RUNNING or t.state.finished for t in job.tasks.values()):
+            job.mark("all_tasks_started")
+        return {"ok": True}
+
+    def callback(self, name: str, attempt: int, container_id: str, info: dict) -> dict:
+        """A task's process reported something others wait for (Horovod's driver: its port)."""
+        job = self.job
+        task, stale = self.lookup(name, attempt, container_id)
+        if stale:
+            return stale
+        job.callbacks[task.name] = {"host": task.container.host, **info}
+        job.callbacks_seen += 1
+        job.events.record(ev.NOTE, f"reported {info}", task.name, attempt=task.attempt)
+        job.changed()
+        return {"ok": True}
+
+    def register_tensorboard(self, name: str, attempt: int, container_id: str, url: str) -> dict:
+        job = self.job
+        task, stale = self.lookup(name, attempt, container_id)
+        if stale:
+            return stale
+        job.tensorboard_url = url
+        job.dirty = True
+        job.events.record(ev.TB_REGISTERED, f"TensorBoard at {url}", task.name, url=url)
+        return {"ok": True}
+
+    def heartbeat(self, name: str, attempt: int, container_id: str, metrics: dict | None,
+                  progress_age_s: float | None = None) -> dict:
+        task, stale = self.lookup(name, attempt, container_id)
+        if stale:
+            return stale
+        task.last_heartbeat = self.job.clock()
+        if metrics:
+            task.metrics = metrics
+        if progress_age_s is not None:
+            # An age, not a timestamp: the node's clock need not agree with the AM's.
+            task.last_progress = max(task.last_progress or 0.0, task.last_heartbeat - float(progress_age_s))
+        return {"action": "continue"}
+
+    # ---- the end of a run ----------------------------------------------------------------------
+    def report_result(self, name: str, attempt: int, container_id: str, exit_code: int | None, signal: str | None,
+                      stderr_tail: str = "", error: dict | None = None, timed_out: bool = False,
+                      ended_ago_s: float | None = None, metrics: dict | None = None) -> dict:
+        job = self.job
+        task, stale = self.lookup(name, attempt, container_id)
+        if stale:
+            return stale
+        task.exit_code = exit_code
+        task.signal = signal
+        # An age, not the node's timestamp: failures are ordered on the AM's clock.
+        task.finished_at = job.clock() - max(0.0, float(ended_ago_s or 0.0))
+        if metrics:
+            task.metrics = metrics
+        job.dirty = True
+        if exit_code == 0 and not signal:
+            self._succeeded(task)
+        else:
+            self._failed(task, exit_code, signal, stderr_tail, error, timed_out)
+        job.changed()
+        answer = self.instruction(task, attempt, container_id)
+        if answer is None:
+            # The task's run is over and no restart involves it: its executor may leave,
+            # which ends the container and gives the resources back to YARN.
+            task.released = True
+            answer = {"action": "exit"}
+        return answer
+
+    def _succeeded(self, task: Task) -> None:
+        job = self.job
+        task.state = TaskState.SUCCEEDED
+        if task.id == job.spec.chief():
+            job.chief_done_at = job.clock()
+        job.events.record(ev.TASK_FINISHED, "succeeded", task.name, attempt=task.attempt, exit_code=0,
+                          metrics=dict(task.metrics) or None)
+        if policy.stage_done(job.spec, job.tasks, job.stage):
+            self.recovery.next_stage()
+        else:
+            self.recovery.apply(policy.completion(job.spec, job.tasks))
+
+    def _failed(self, task: Task, exit_code: int | None, signal: str | None, stderr_tail: str, error: dict | None,
+                timed_out: bool) -> None:
+        kind = FailureKind.SIGNAL if signal else FailureKind.EXIT_CODE
+        message = policy.describe_exit(exit_code, signal)
+        if timed_out:
+            kind = FailureKind.TIMEOUT
+            message = (f"killed after running longer than tony.task.executor.execution-timeout-ms="
+                       f"{self.job.spec.execution_timeout_ms}")
+        if error and error.get("message"):
+            message += f": {error.get('type') or 'error'}: {error['message']}"
+        self.recovery.fail(task, kind, message, exit_code=exit_code, signal=signal, stderr_tail=stderr_tail,
+                           error=error, when=task.finished_at)

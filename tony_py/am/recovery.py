@@ -1,0 +1,174 @@
+"""The restart bookkeeping: a task's failure becomes a decision (policy.py), and the decision
+becomes what happens to the job: carry on, restart the gang, move to the next stage, or a
+verdict that stops everything still running.
+
+Runs under the job's lock (the coordinator's entry points take it).
+"""
+
+from __future__ import annotations
+
+from tony_py.am import events as ev
+from tony_py.am import policy
+from tony_py.am.policy import Action, Decision
+from tony_py.am.requests import RequestBook
+from tony_py.am.state import Job, JobState
+from tony_py.am.tasks import Task
+from tony_py.job.records import Container, Failure, FailureKind, TaskState
+
+# How long FINISHING waits for stopped containers to report before giving up on them.
+FINISH_GRACE_S = 15.0
+# AM heartbeat to the RM: fast while containers are outstanding, relaxed afterwards.
+FAST_HEARTBEAT_MS = 200
+SLOW_HEARTBEAT_MS = 1000
+
+
+class Recovery:
+    def __init__(self, job: Job, port, book: RequestBook):
+        self.job = job
+        self.port = port
+        self.book = book
+
+    # ---- containers ------------------------------------------------------------------------
+    def request_missing(self) -> int:
+        pending: dict[str, int] = {}
+        for t in self.job.pending():
+            pending[t.id.type] = pending.get(t.id.type, 0) + 1
+        asked = self.book.ask(pending)
+        if asked:
+            self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
+            self.job.events.record(ev.REQUESTED, f"requested {asked} container(s)", count=asked)
+        return asked
+
+    # ---- failures --------------------------------------------------------------------------
+    def fail(self, task: Task, kind: FailureKind, message: str, container: Container | None = None,
+             apply: bool = True, **details) -> None:
+        """Record a failure of the task's current attempt and (with apply) decide what follows."""
+        job = self.job
+        container = container or task.container
+        failure = Failure(
+            task=task.name, attempt=task.attempt, kind=kind, message=message,
+            time=details.pop("when", None) or job.clock(),
+            host=details.pop("host", None) or (container.host if container else None),
+            container_id=details.pop("container_id", None) or (container.id if container else None),
+            **details,
+        )
+        job.failures.append(failure)
+        task.failure = failure
+        task.state = TaskState.FAILED
+        task.finished_at = failure.time
+        job.dirty = True
+        job.events.record(ev.TASK_FINISHED, message, task.name, attempt=task.attempt, failure_kind=kind.value,
+                          exit_code=failure.exit_code, signal=failure.signal, metrics=dict(task.metrics) or None)
+        if task.container is not None and kind in (FailureKind.LOST, FailureKind.TIMEOUT, FailureKind.LAUNCH):
+            # The executor may be hung or cut off: it must not go on running the task. A
+            # container that never started is given back instead (there is nothing to stop).
+            task.released = True
+            if task.container_started:
+                self.port.stop(task.container.id)
+            else:
+                self.port.release(task.container.id)
+        if container is not None and policy.counts_against_node(kind):
+            self.count_node_failure(container.node_id)
+        if job.decision is not None or not apply:
+            return
+        self.after_failure(task)
+
+    def after_failure(self, task: Task) -> None:
+        job = self.job
+        decision = policy.after_failure(job.spec, job.tasks, task, job.restarts_used)
+        if (decision.action == Action.CONTINUE and job.spec.distributed_mode == "GANG"
+                and job.cluster_view is None and task.id.type not in job.spec.sidecar):
+            # The gang can never be complete without it: starting the others would hang them.
+            decision = Decision(Action.FAIL, f"{task.failure.headline()}, before every task had registered; "
+                                "a GANG job cannot start without it", task.failure)
+        self.apply(decision)
+
+    def count_node_failure(self, node_id: str) -> None:
+        job = self.job
+        count = job.node_failures[node_id] = job.node_failures.get(node_id, 0) + 1
+        if node_id not in job.blacklisted and policy.blacklist_node(job.spec, count):
+            job.blacklisted.add(node_id)
+            self.port.blacklist(node_id)
+            job.events.record(ev.NODE_BLACKLISTED, f"blacklisted {node_id} for this job: {count} task failures "
+                                                   f"there (tony.task.max-failures-per-node="
+                                                   f"{job.spec.max_failures_per_node})", node_id=node_id)
+
+    # ---- decisions -------------------------------------------------------------------------
+    def apply(self, decision: Decision) -> None:
+        if decision.action == Action.CONTINUE or self.job.decision is not None:
+            self.update_progress()
+            return
+        if decision.action == Action.RESTART:
+            self.restart(decision)
+        else:
+            self.finish(decision, status="SUCCEEDED" if decision.action == Action.SUCCEED else "FAILED")
+
+    def next_stage(self) -> None:
+        """Every tracked task of the prepare stage succeeded: request the training stage."""
+        job = self.job
+        job.stage += 1
+        job.cluster_view = None
+        job.mark(f"stage_{job.stage}_requested")
+        job.enter(JobState.ALLOCATING, f"stage {job.stage}: requesting {', '.join(job.spec.stages[job.stage])}")
+        self.request_missing()
+
+    def restart(self, decision: Decision) -> None:
+        job = self.job
+        job.restarts_used += 1
+        job.attempt += 1
+        job.timeline[f"restart_decided@{job.attempt}"] = job.clock()
+        job.cluster_view = None
+        job.chief_done_at = None
+        job.events.record(ev.RESTART_DECIDED, decision.message, attempt=job.attempt)
+        job.enter(JobState.RESTARTING, f"gang restart {job.restarts_used} of {job.spec.am_retry_count}: "
+                                       f"attempt {job.attempt}")
+        job.callbacks.clear()
+        for task in job.tasks.values():
+            if job.spec.stage_of(task.id.type) < job.stage and task.state.finished:
+                continue  # an earlier stage that completed is not run again
+            keep = policy.keep_on_restart(task)
+            if task.container is not None and not keep:
+                self.port.stop(task.container.id)  # a lost/hung executor: make sure it is gone
+                # Its devices go to the replacement now, not when the end of the stopped container
+                # arrives (which may come after the new allocation): the stopped process is killed
+                # at once, the replacement's user process starts only after its executor registered.
+                job.gpus.release(task.container.id)
+            task.reset_for_attempt(job.attempt, keep_container=keep)
+            if keep:
+                task.launched_at = job.clock()  # the registration timeout starts over
+        self.request_missing()
+
+    def finish(self, decision: Decision, status: str) -> None:
+        job = self.job
+        job.decision = decision
+        job.final_status = status
+        job.finish_deadline = job.clock() + FINISH_GRACE_S
+        job.mark("verdict")
+        job.events.record(ev.VERDICT, f"job {status}: {decision.message}", status=status)
+        job.enter(JobState.FINISHING, f"job {status}")
+        self.book.cancel()
+        for task in job.tasks.values():
+            if task.container is not None and not task.state.finished:
+                task.stopping = True
+                self.port.stop(task.container.id)
+            elif task.state == TaskState.PENDING:
+                task.state = TaskState.STOPPED
+        self.update_progress()
+        self.maybe_done()
+
+    def maybe_done(self) -> None:
+        job = self.job
+        if job.state != JobState.FINISHING:
+            return
+        waiting = [t for t in job.live() if not t.state.finished or t.stopping]
+        if not waiting or (job.finish_deadline and job.clock() >= job.finish_deadline):
+            for task in waiting:
+                if not task.state.finished:
+                    task.state = TaskState.STOPPED
+            job.mark("done")
+            job.enter(JobState.DONE)
+
+    def update_progress(self) -> None:
+        tracked = [t for t in self.job.tasks.values() if t.tracked]
+        done = sum(1 for t in tracked if t.state.finished)
+        self.port.set_progress(done / len(tracked) if tracked else 1.0)
