@@ -176,6 +176,8 @@ class _Connection(asyncio.Protocol):
 
     # ---- requests ------------------------------------------------------------------------------
     def _next(self) -> None:
+        if self.busy or self.closing or self.transport.is_closing():
+            return  # (a call scheduled by _written, for a connection that changed meanwhile)
         end = self.buffer.find(b"\r\n\r\n")
         if end < 0:
             if len(self.buffer) > MAX_HEAD:
@@ -247,7 +249,7 @@ class _Connection(asyncio.Protocol):
         self.busy = False
         if self.buffer:
             self.deadline = self.loop.time() + self.server.request_timeout_s
-            self._next()
+            self.loop.call_soon(self._next)  # not from here: a pipelined run would be a stack of calls
         else:
             self.deadline = self.loop.time() + self.server.idle_timeout_s
 

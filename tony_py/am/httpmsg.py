@@ -93,7 +93,9 @@ def body_length(method: str, headers: dict[str, str], max_body: int) -> int:
         if method == "POST":
             raise HttpError(411, "Content-Length is required")
         return 0
-    if not raw.isdigit():
+    # ASCII digits only: a header is latin-1, where str.isdigit() also accepts '²' (which int()
+    # refuses); and few enough of them for int() (it refuses more than 4,300)
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise HttpError(400, f"bad Content-Length {raw[:40]!r}")
     length = int(raw)
     if length > max_body:

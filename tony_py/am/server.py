@@ -172,6 +172,8 @@ class AmHttpServer:
             answer = self._route(path, data)
         except (BadRequest, ValueError) as exc:
             return self._signed(400, {"error": f"bad request: {exc}"}, nonce)
+        except RecursionError:  # json's parser recurses once per level of nesting
+            return self._signed(400, {"error": "bad request: the body is nested too deeply"}, nonce)
         if answer is None:
             return self._signed(404, {"error": "not found"}, nonce)
         return self._signed(200, answer, nonce)

@@ -1,0 +1,133 @@
+"""The servers against a hostile tenant: what one socket, or a few dozen, can make the AM's
+HTTP server and an executor's control endpoint do. Every test measures the harm (bytes the
+AM buffers, 503s, seconds blocked, status codes) on 127.0.0.1 only, with short limits, and
+stops by itself."""
+
+import asyncio
+import re
+import socket
+import threading
+import time
+
+import pytest
+
+from harness import Harness
+from tony_py.am import httpd, report
+from tony_py.am.server import AmHttpServer
+from tony_py.auth import Signer, Verifier, call_json
+
+SECRET = "a1" * 32
+
+
+def start_am(tmp_path, max_connections=66):
+    """An AM server of a one-task job (2 per task + 64 connections, as the AM sizes it)."""
+    h = Harness(tmp_path, "tony.worker.instances=1")
+    cid = h.allocate("worker")
+    h.c.on_started(cid)
+    calls = []
+
+    def status(trusted):
+        calls.append(trusted)
+        data = h.c.status(lambda t: "http://nm/logs")
+        return data if trusted else report.public_view(data)
+
+    srv = AmHttpServer(("127.0.0.1", 0), h.c, Verifier(SECRET), status, max_connections=max_connections)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv.calls, srv.url, srv.signer = calls, f"http://127.0.0.1:{srv.port}", Signer(SECRET, cid)
+    return srv
+
+
+@pytest.fixture
+def am(tmp_path):
+    srv = start_am(tmp_path)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def on_loop(srv, fn):
+    """fn() run on the server's event loop (its connections are the loop's to read)."""
+    async def call():
+        return fn()
+    return asyncio.run_coroutine_threadsafe(call(), srv.http.loop).result(5)
+
+
+def buffered(srv) -> int:
+    """Bytes the AM holds for clients that have not read them."""
+    return on_loop(srv, lambda: sum(c.transport.get_write_buffer_size() for c in srv.http.connections
+                                    if c.transport is not None and not c.transport.is_closing()))
+
+
+def signed_request(signer, method, target, body=b"") -> bytes:
+    headers, _ = signer.sign(method, target, body)
+    head = f"{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+    return (head + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode() + body
+
+
+def connect(port, source="127.0.0.1", timeout=2.0) -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0))
+    return s
+
+
+def pipeline_without_reading(port, requests, seconds=2.0) -> tuple[socket.socket, int]:
+    """Send requests back to back on one socket that reads nothing; stop when the server
+    stops taking them (or after `seconds`). Returns the socket and how many went out."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel holds little for us
+    s.connect(("127.0.0.1", port))
+    s.settimeout(0.2)
+    sent, until = 0, time.monotonic() + seconds
+    for request in requests:
+        if time.monotonic() > until:
+            break
+        try:
+            s.sendall(request)
+        except (socket.timeout, OSError):
+            break
+        sent += 1
+    return s, sent
+
+
+def read_answers(s, timeout=3.0) -> list[bytes]:
+    """Status lines of every answer on s until the server closes it (or goes quiet)."""
+    s.settimeout(timeout)
+    data = b""
+    try:
+        while chunk := s.recv(1 << 16):
+            data += chunk
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return re.findall(rb"HTTP/1\.1 \d{3} [A-Za-z ]*", data)  # (a body does not end its line)
+
+
+# ---- item 4: parse errors before authentication ------------------------------------------------------
+@pytest.mark.parametrize("length", ["\u00b2", "1\u00b9", "9" * 5000, "+5", "0x10", ""])
+def test_odd_content_lengths_are_a_clean_400(am, length):
+    """A header is latin-1: the byte 0xB2 is '²', which str.isdigit() accepts and int() does not."""
+    with connect(am.port) as s:
+        s.sendall(f"POST /v1/register HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode("latin-1"))
+        assert read_answers(s)[:1] == [b"HTTP/1.1 400 Bad Request"]
+
+
+def test_thousands_of_pipelined_requests_do_not_recurse(am):
+    """2,000 pipelined 404s went three stack frames deeper each: RecursionError, connection gone.
+    Signed ones (refused as bad requests) keep the connection: every one is answered."""
+    requests = b"".join(signed_request(am.signer, "POST", "/v1/heartbeat", b"{}") for _ in range(2000))
+    with connect(am.port, timeout=5) as s:
+        threading.Thread(target=s.sendall, args=(requests,), daemon=True).start()
+        s.settimeout(5)
+        data, count = b"", 0
+        while count < 2000:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+            count = data.count(b"HTTP/1.1 400")
+        assert count == 2000
+
+
+def test_a_deeply_nested_signed_body_is_a_400(am):
+    body = b"[" * 100_000 + b"]" * 100_000
+    with connect(am.port) as s:
+        s.sendall(signed_request(am.signer, "POST", "/v1/heartbeat", body))
+        assert read_answers(s)[:1] == [b"HTTP/1.1 400 Bad Request"]
