@@ -11,9 +11,14 @@ http.client, the client's urllib and requests, browsers behind YARN's proxy):
 - a request line and at most MAX_HEADERS header fields in at most MAX_HEAD bytes;
 - a body by Content-Length only, at most max_body bytes (Transfer-Encoding is refused with
   501, a POST without a length with 411, a bad or repeated length with 400);
-- keep-alive: HTTP/1.1 connections stay open between requests (`Connection: close` and
-  HTTP/1.0 close them), one request at a time per connection (what arrives meanwhile waits
-  in the buffer, at most one more request's worth);
+- keep-alive only for requests that proved who sent them (the handler calls `request.vouch()`:
+  a valid signature): HTTP/1.1 connections then stay open between requests (`Connection:
+  close` and HTTP/1.0 close them), one request at a time per connection (what arrives
+  meanwhile waits in the buffer, at most one more request's worth); any other answer closes
+  its connection, so a stranger gets one answer per connection;
+- back-pressure: when a client does not read its answers, above WRITE_HIGH bytes held for it
+  the connection stops reading and parsing until the client has taken them (or the
+  request deadline passes);
 - deadlines: a started request must arrive whole within request_timeout_s, and an idle
   connection is closed after idle_timeout_s (a first request counts as started);
 - a connection cap: beyond max_connections a new connection gets 503 and is closed.
@@ -39,6 +44,9 @@ log = logging.getLogger("tony.am.httpd")
 
 LINGER_S = 1.0
 SWEEP_S = 0.25
+# What the AM holds for one client that does not read (asyncio's default too, said out loud): a
+# connection that pipelines requests and reads nothing costs at most this plus one answer.
+WRITE_HIGH = 64 * 1024
 
 
 class HttpServer:
@@ -127,10 +135,13 @@ class _Connection(asyncio.Protocol):
         self.task: asyncio.Task | None = None
         self.deadline: float | None = None
         self.closing = False  # answered and half-closed: lingering until the deadline
+        self.vouched = False  # the request being answered proved who sent it
+        self.write_paused = False  # the client is not taking its answers
 
     # ---- asyncio callbacks -------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH)
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if peer else ""
         over = len(self.server.connections) >= self.server.max_connections
@@ -147,7 +158,7 @@ class _Connection(asyncio.Protocol):
         if not self.buffer and not self.busy:  # a request has started: it must arrive whole in time
             self.deadline = self.loop.time() + self.server.request_timeout_s
         self.buffer += data
-        if not self.busy:
+        if not self.busy and not self.write_paused:
             self._next()
         elif len(self.buffer) > MAX_HEAD + self.server.max_body:
             # more than one more request while one is answered: not a client of ours (no
@@ -160,6 +171,19 @@ class _Connection(asyncio.Protocol):
         if self.task is not None and not self.task.done():
             self.task.cancel()  # a long-poll for a client that is gone
 
+    def pause_writing(self) -> None:
+        """More than WRITE_HIGH bytes wait for the client: read and parse nothing more."""
+        self.write_paused = True
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.closing:
+            return
+        self.transport.resume_reading()
+        if not self.busy:
+            self._between_requests()
+
     def abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
@@ -169,15 +193,17 @@ class _Connection(asyncio.Protocol):
         self.deadline = None
         if self.transport is None or self.transport.is_closing():
             return
-        if self.closing or not self.buffer:
+        if self.write_paused or self.transport.get_write_buffer_size():
+            self.transport.abort()  # answers the client did not take in time: drop them
+        elif self.closing or not self.buffer:
             self.transport.close()  # lingered long enough, or idle: nothing to answer
         elif not self.busy:
             self._refuse(408, "the request did not arrive in time")
 
     # ---- requests ------------------------------------------------------------------------------
     def _next(self) -> None:
-        if self.busy or self.closing or self.transport.is_closing():
-            return  # (a call scheduled by _written, for a connection that changed meanwhile)
+        if self.busy or self.closing or self.write_paused or self.transport.is_closing():
+            return  # (a call scheduled by _between_requests, for a connection that changed meanwhile)
         end = self.buffer.find(b"\r\n\r\n")
         if end < 0:
             if len(self.buffer) > MAX_HEAD:
@@ -196,8 +222,9 @@ class _Connection(asyncio.Protocol):
         del self.buffer[:total]
         keep_alive = version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
         self.busy = True
+        self.vouched = False
         self.deadline = None  # the handler takes the time it needs (a long-poll waits up to 30 s)
-        request = Request(method, target, headers, body, self.peer)
+        request = Request(method, target, headers, body, self.peer, self._vouch)
         try:
             answer = self.server.handler(request)
         except Exception:  # noqa: BLE001 - a handler's bug is a 500, not a dead server
@@ -220,9 +247,13 @@ class _Connection(asyncio.Protocol):
         self.task = None
         self._write(response, keep_alive)
 
+    def _vouch(self) -> None:
+        self.vouched = True
+
     def _write(self, response: Response, keep_alive: bool) -> None:
         if self.transport.is_closing():
             return
+        keep_alive = keep_alive and self.vouched  # a stranger gets one answer per connection
         self.transport.write(render(response, keep_alive))
         if response.file is not None:
             self.task = self.loop.create_task(self._send_file(response.file, keep_alive))
@@ -247,9 +278,15 @@ class _Connection(asyncio.Protocol):
             self._linger()
             return
         self.busy = False
-        if self.buffer:
+        self._between_requests()
+
+    def _between_requests(self) -> None:
+        """Take the next request the client sent ahead, or wait for one (or for the client to
+        take its answers: it gets the request deadline for that)."""
+        if self.buffer or self.write_paused:
             self.deadline = self.loop.time() + self.server.request_timeout_s
-            self.loop.call_soon(self._next)  # not from here: a pipelined run would be a stack of calls
+            if not self.write_paused:
+                self.loop.call_soon(self._next)  # not from here: a pipelined run would be a stack of calls
         else:
             self.deadline = self.loop.time() + self.server.idle_timeout_s
 

@@ -4,7 +4,7 @@ with the status to answer it with."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
 from typing import Awaitable, Callable
@@ -21,6 +21,9 @@ class Request:
     headers: dict[str, str]  # lower-case names
     body: bytes
     peer: str
+    # The handler calls this once the request proved who sent it (a valid signature): only then
+    # does its connection stay open after the answer (tony_py/am/admission.py).
+    vouch: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
 
     @property
     def path(self) -> str:

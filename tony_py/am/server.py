@@ -11,7 +11,8 @@
 - /status.json and / are the job's status behind YARN's tracking URL. Full detail (hosts,
   diagnostics, stderr tails, tracebacks) goes to requests that are signed (the client) or that
   come from YARN's web proxy (which authenticates users on a secure cluster; Hadoop's AmIpFilter
-  trusts the same source addresses); anyone else sees task states only.
+  trusts the same source addresses); anyone else sees task states only, from a copy built at
+  most once every PUBLIC_CACHE_S however many ask.
 
 Everything runs on one event loop (tony_py/am/httpd.py: why, and what HTTP it speaks):
 executor calls are short and answered on the loop; a spec long-poll waits on the loop, woken
@@ -19,7 +20,8 @@ when the coordinator reports a change that can answer it (no thread per waiting 
 page and status.json are built in a small thread pool so a large job's page never delays a
 heartbeat. It binds to the AM container's host address only, never to a wildcard address.
 Connections are capped (a flood of idle sockets gets 503), a request must arrive within a few
-seconds, and bodies need a valid Content-Length no larger than 1 MiB.
+seconds, and bodies need a valid Content-Length no larger than 1 MiB. Only connections whose
+requests are signed stay open between requests (httpd.py, admission.py).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ MAX_LONG_POLL_S = 30.0
 REQUEST_TIMEOUT_S = 5.0  # to send a whole request; long-polls wait in the coordinator, not here
 IDLE_TIMEOUT_S = 120.0  # an executor's connection between heartbeats (tony.task.heartbeat-interval-ms)
 MAX_METRICS = 64
+PUBLIC_CACHE_S = 1.0  # how stale the anonymous view may be (the page itself refreshes every 2 s)
 
 
 class BadRequest(ValueError):
@@ -70,6 +73,7 @@ class AmHttpServer:
         self.verifier = verifier
         self.job_files = job_files
         self._src: asyncio.Future | None = None  # the archive's size and sha256, read once for all
+        self._public: dict[bool, tuple[float, asyncio.Future]] = {}  # page? -> (built at, its body)
         self.status_fn = status
         self.trusted_addresses = trusted_addresses
         self.final_status_served = threading.Event()
@@ -180,6 +184,9 @@ class AmHttpServer:
 
     async def _status(self, request: Request, page: bool) -> Response:
         trusted, nonce = self._viewer(request)
+        if not trusted:
+            body = await self._public_view(page)
+            return Response(200, body, "text/html; charset=utf-8" if page else "application/json")
         status = await self.http.in_thread(self.status_fn, trusted)
         if page:
             body = await self.http.in_thread(dashboard.render, status)
@@ -201,6 +208,19 @@ class AmHttpServer:
             return self._signed(400, {"error": f"bad request: {exc}"}, nonce)
         answer = await self._wait_spec(task, attempt, container, timeout)
         return self._signed(204, None, nonce) if answer is None else self._signed(200, answer, nonce)
+
+    async def _public_view(self, page: bool) -> bytes:
+        """The anonymous page or status.json: built in a thread at most once every
+        PUBLIC_CACHE_S, every request meanwhile waits on (or reuses) the same build."""
+        now = asyncio.get_running_loop().time()
+        built = self._public.get(page)
+        if built is None or now - built[0] > PUBLIC_CACHE_S or (built[1].done() and built[1].exception()):
+            built = self._public[page] = (now, asyncio.ensure_future(self.http.in_thread(self._public_body, page)))
+        return await asyncio.shield(built[1])
+
+    def _public_body(self, page: bool) -> bytes:
+        status = self.status_fn(False)
+        return dashboard.render(status) if page else json.dumps(status).encode()
 
     def _job(self, request: Request) -> Response:
         nonce = self._verified(request)
@@ -227,10 +247,12 @@ class AmHttpServer:
     def _verified(self, request: Request) -> tuple[str, int] | None:
         """The request's nonce if it is signed with the app secret and fresh, else None."""
         try:
-            return self.verifier.check(request.method, request.target, request.body,
-                                       request.headers.get(REQUEST_HEADER.lower()))
+            nonce = self.verifier.check(request.method, request.target, request.body,
+                                        request.headers.get(REQUEST_HEADER.lower()))
         except AuthError:
             return None
+        request.vouch()  # its connection may stay open (httpd.py)
+        return nonce
 
     def _viewer(self, request: Request) -> tuple[bool, tuple[str, int] | None]:
         """(full detail?, the nonce to sign the answer for): a signed request (the client) or
