@@ -12,9 +12,9 @@ import time
 import pytest
 
 from harness import Harness
-from tony_py.am import httpd, report
+from tony_py.am import admission, report
 from tony_py.am.server import AmHttpServer
-from tony_py.auth import Signer, Verifier, call_json
+from tony_py.auth import Signer, UnsignedAnswer, Verifier, call_json
 
 SECRET = "a1" * 32
 
@@ -64,6 +64,17 @@ def signed_request(signer, method, target, body=b"") -> bytes:
     return (head + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode() + body
 
 
+def signed_codes(am, n: int) -> list[int]:
+    """The statuses of n signed status requests, each on a new connection (503s included)."""
+    codes = []
+    for _ in range(n):
+        try:
+            codes.append(call_json(am.signer, am.url, "GET", "/status.json", None, 5)[0])
+        except UnsignedAnswer as exc:
+            codes.append(exc.status)
+    return codes
+
+
 def connect(port, source="127.0.0.1", timeout=2.0) -> socket.socket:
     s = socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0))
     return s
@@ -88,16 +99,21 @@ def pipeline_without_reading(port, requests, seconds=2.0) -> tuple[socket.socket
     return s, sent
 
 
-def read_answers(s, timeout=3.0) -> list[bytes]:
-    """Status lines of every answer on s until the server closes it (or goes quiet)."""
+def read_answers(s, timeout=3.0, expect: int | None = None) -> list[bytes]:
+    """Status lines of the answers on s until the server closes it, goes quiet for `timeout`
+    or has sent `expect` of them."""
     s.settimeout(timeout)
-    data = b""
+    data, found = b"", []
     try:
-        while chunk := s.recv(1 << 16):
+        while expect is None or len(found) < expect:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
             data += chunk
+            found = re.findall(rb"HTTP/1\.1 \d{3} [A-Za-z ]*", data)  # (a body does not end its line)
     except (socket.timeout, ConnectionResetError):
         pass
-    return re.findall(rb"HTTP/1\.1 \d{3} [A-Za-z ]*", data)  # (a body does not end its line)
+    return found
 
 
 # ---- item 1: pipelined requests ------------------------------------------------------------------
@@ -116,13 +132,13 @@ def test_unsigned_pipelining_gets_one_answer_and_the_am_buffers_at_most_that(am)
 def test_signed_pipelining_is_paused_while_the_client_does_not_read(am):
     """Back-pressure: above the high-water mark the AM stops parsing (and reading), and goes on
     once the client reads; every request is answered in order."""
-    requests = [signed_request(am.signer, "GET", "/") for _ in range(400)]
+    requests = [signed_request(am.signer, "GET", "/") for _ in range(150)]
     s, sent = pipeline_without_reading(am.port, requests)
     try:
         time.sleep(0.5)
         held = buffered(am)
         assert held < 256 << 10, held  # without back-pressure: ~30 KB per page, all of them
-        answers = read_answers(s, timeout=2.0)
+        answers = read_answers(s, timeout=2.0, expect=sent)
         assert len(answers) == sent and all(a.startswith(b"HTTP/1.1 200") for a in answers)
     finally:
         s.close()
@@ -136,6 +152,90 @@ def test_the_public_page_is_built_at_most_about_once_a_second(am):
     assert am.calls.count(False) <= 2  # 20 anonymous page loads in well under 2 s
     status, answer = call_json(am.signer, am.url, "GET", "/status.json", None, 5)
     assert status == 200 and "diagnostics" in answer  # signed: fresh and full, never the cached view
+
+
+# ---- item 2: sockets held open -----------------------------------------------------------------
+def test_unsigned_answers_close_so_idle_sockets_cannot_fill_the_cap(am):
+    """66 sockets that each sent one unsigned GET /status.json held the whole cap of a
+    one-task job for 120 s; signed heartbeats then got 503 (5 of 5, before the fix)."""
+    socks = []
+    try:
+        for i in range(66):
+            s = connect(am.port, source=f"127.0.0.{2 + i % 8}")
+            s.sendall(b"GET /status.json HTTP/1.1\r\nHost: x\r\n\r\n")
+            socks.append(s)
+        answers = [read_answers(s, timeout=2.0) for s in socks]  # each: one answer, then EOF
+        assert all(len(a) == 1 for a in answers)
+        assert sum(a == [b"HTTP/1.1 200 OK"] for a in answers) >= 40  # the rest: 503, the per-address limit
+        assert signed_codes(am, 5) == [200] * 5
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_silent_sockets_cannot_lock_out_a_signed_newcomer(am, monkeypatch):
+    """Silent sockets from many addresses fill what unproven connections may hold (renewing
+    them every 5 s would hold it for good): a signed request still gets in, the oldest silent
+    socket giving way; and one address holds no more than its share."""
+    monkeypatch.setattr(admission, "GRACE_S", 0.1)
+    socks = []
+    try:
+        socks += [connect(am.port, source=f"127.0.0.{2 + i % 8}") for i in range(80)]  # more than the cap
+        time.sleep(0.2)
+        assert signed_codes(am, 5) == [200] * 5
+        slots = am.http.admission
+        assert on_loop(am, lambda: len(slots.unproven)) <= am.http.max_connections - slots.reserved
+        one = [connect(am.port, source="127.0.0.20") for _ in range(40)]
+        socks += one
+        time.sleep(0.05)
+        assert on_loop(am, lambda: len(slots.by_peer.get("127.0.0.20", ()))) <= slots.per_peer
+        refused = sum(read_answers(s, timeout=0.01, expect=1) == [b"HTTP/1.1 503 Service Unavailable"] for s in one)
+        assert refused >= 40 - slots.per_peer
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_a_proven_connection_is_never_displaced(am, monkeypatch):
+    monkeypatch.setattr(admission, "GRACE_S", 0.0)
+    with connect(am.port) as executor:
+        executor.sendall(signed_request(am.signer, "GET", "/status.json"))
+        assert read_answers(executor, expect=1) == [b"HTTP/1.1 200 OK"]
+        flood = [connect(am.port, source=f"127.0.0.{2 + i % 8}") for i in range(100)]
+        try:
+            executor.sendall(signed_request(am.signer, "GET", "/status.json"))  # the same socket
+            assert read_answers(executor, expect=1) == [b"HTTP/1.1 200 OK"]
+        finally:
+            for s in flood:
+                s.close()
+
+
+class Conn:
+    def __init__(self, peer, opened=0.0):
+        self.peer, self.opened, self.busy, self.closing, self.displaced = peer, opened, False, False, False
+
+    def displaceable(self, now, grace_s):
+        return self.closing or (not self.busy and now - self.opened >= grace_s)
+
+    def displace(self):
+        self.displaced = True
+
+
+def test_admission_shares_per_address_limit_and_the_ams_own_address():
+    slots = admission.Admission(64, own_address="10.0.0.1")  # 16 reserved, 24 per address
+    stranger = [Conn("10.0.0.9") for _ in range(25)]
+    assert [slots.admit(c, now=0.1) for c in stranger] == [True] * 24 + [False]  # all young: none gives way
+    stranger.append(Conn("10.0.0.9"))
+    assert slots.admit(stranger[-1], now=5.0) and stranger[0].displaced  # the oldest silent one does
+    local = [Conn("10.0.0.1", opened=5.0) for _ in range(24)]  # the AM's node: no per-address limit
+    assert all(slots.admit(c, now=5.0) for c in local)
+    for c in stranger:
+        c.busy = True  # being answered: not displaced
+    assert not slots.admit(Conn("10.0.0.2"), now=5.0)  # 48 unproven: their share is full
+    for c in local:
+        slots.prove(c)  # signed: they keep their slots, reserved ones included
+    assert slots.admit(Conn("10.0.0.2"), now=5.0)
+    assert not any(c.displaced for c in local)
 
 
 # ---- item 4: parse errors before authentication ------------------------------------------------------
@@ -168,4 +268,4 @@ def test_a_deeply_nested_signed_body_is_a_400(am):
     body = b"[" * 100_000 + b"]" * 100_000
     with connect(am.port) as s:
         s.sendall(signed_request(am.signer, "POST", "/v1/heartbeat", body))
-        assert read_answers(s)[:1] == [b"HTTP/1.1 400 Bad Request"]
+        assert read_answers(s, expect=1) == [b"HTTP/1.1 400 Bad Request"]

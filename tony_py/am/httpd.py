@@ -21,7 +21,10 @@ http.client, the client's urllib and requests, browsers behind YARN's proxy):
   request deadline passes);
 - deadlines: a started request must arrive whole within request_timeout_s, and an idle
   connection is closed after idle_timeout_s (a first request counts as started);
-- a connection cap: beyond max_connections a new connection gets 503 and is closed.
+- a connection cap that silent sockets cannot fill: unproven connections (no signed request
+  yet) have a share of max_connections and a per-address limit, a newcomer displaces the
+  oldest silent one, and the rest of the slots are kept by proven connections
+  (tony_py/am/admission.py); a connection that finds no slot gets 503 and is closed.
 
 Anything else gets a 4xx/5xx answer and the connection is closed. Handlers run on the loop and
 answer at once or return an awaitable; blocking work goes through `in_thread`.
@@ -37,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from tony_py.am import admission
 from tony_py.am.httpmsg import (MAX_HEAD, Handler, HttpError, Request, Response, body_length, error_response,
                                 parse_head, render)
 
@@ -62,7 +66,8 @@ class HttpServer:
         self.sock = socket.create_server(address, backlog=max(128, min(max_connections, 4096)))
         self.sock.setblocking(False)
         self.loop = asyncio.new_event_loop()
-        self.connections: set[_Connection] = set()
+        self.connections: set[_Connection] = set()  # every open one, slot or not (the sweep's)
+        self.admission = admission.Admission(max_connections, own_address=self.sock.getsockname()[0])
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="am-http")
         self._serving = threading.Event()
         self._stopped = threading.Event()
@@ -136,6 +141,7 @@ class _Connection(asyncio.Protocol):
         self.deadline: float | None = None
         self.closing = False  # answered and half-closed: lingering until the deadline
         self.vouched = False  # the request being answered proved who sent it
+        self.opened = 0.0
         self.write_paused = False  # the client is not taking its answers
 
     # ---- asyncio callbacks -------------------------------------------------------------------
@@ -144,9 +150,9 @@ class _Connection(asyncio.Protocol):
         transport.set_write_buffer_limits(high=WRITE_HIGH)
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if peer else ""
-        over = len(self.server.connections) >= self.server.max_connections
+        self.opened = self.loop.time()
         self.server.connections.add(self)
-        if over:
+        if not self.server.admission.admit(self, self.opened):
             transport.write(render(Response(503), keep_alive=False))
             self._linger()
             return
@@ -167,6 +173,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.server.connections.discard(self)
+        self.server.admission.release(self)
         self.deadline = None
         if self.task is not None and not self.task.done():
             self.task.cancel()  # a long-poll for a client that is gone
@@ -187,6 +194,14 @@ class _Connection(asyncio.Protocol):
     def abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
+
+    # ---- its slot (tony_py/am/admission.py) ------------------------------------------------------
+    def displaceable(self, now: float, grace_s: float) -> bool:
+        """Unproven, and answered already or silent past its grace: a newcomer may have its slot."""
+        return self.closing or (not self.busy and now - self.opened >= grace_s)
+
+    def displace(self) -> None:
+        self.transport.abort()
 
     def expire(self, now: float) -> None:
         """Called by the sweep once `deadline` passed."""
@@ -249,6 +264,7 @@ class _Connection(asyncio.Protocol):
 
     def _vouch(self) -> None:
         self.vouched = True
+        self.server.admission.prove(self)
 
     def _write(self, response: Response, keep_alive: bool) -> None:
         if self.transport.is_closing():
