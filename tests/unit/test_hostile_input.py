@@ -8,6 +8,7 @@ import re
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,6 +16,8 @@ from harness import Harness
 from tony_py.am import admission, report
 from tony_py.am.server import AmHttpServer
 from tony_py.auth import Signer, UnsignedAnswer, Verifier, call_json
+from tony_py.executor import control as control_module
+from tony_py.executor.control import ControlServer
 
 SECRET = "a1" * 32
 
@@ -269,3 +272,78 @@ def test_a_deeply_nested_signed_body_is_a_400(am):
     with connect(am.port) as s:
         s.sendall(signed_request(am.signer, "POST", "/v1/heartbeat", body))
         assert read_answers(s, expect=1) == [b"HTTP/1.1 400 Bad Request"]
+
+
+# ---- item 3: the executor's control endpoint ---------------------------------------------------------
+@pytest.fixture
+def control(monkeypatch):
+    monkeypatch.setattr(control_module, "REQUEST_S", 0.6, raising=False)
+    channel = SimpleNamespace(base_url="http://old-am:1")
+    ctl = ControlServer("127.0.0.1", Verifier(SECRET), channel)
+    ctl.channel, ctl.url = channel, f"http://127.0.0.1:{ctl.port}"
+    yield ctl
+    ctl.httpd.shutdown()
+    ctl.httpd.server_close()
+
+
+def trickle(socks, every_s, for_s):
+    """A byte every every_s on each socket, for for_s: a request that never ends."""
+    def run():
+        for s in socks:
+            s.sendall(b"POST /v1/am HTTP/1.1\r\n")
+        until = time.monotonic() + for_s
+        while time.monotonic() < until:
+            time.sleep(every_s)
+            for s in socks:
+                try:
+                    s.sendall(b"X")
+                except OSError:
+                    pass
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_trickling_sockets_cannot_keep_the_new_am_out(control):
+    """8 sockets sending a byte every 3 s blocked every AM fail-over notification for as long
+    as they went on (a 5 s timeout per read, 8 slots)."""
+    signer = Signer(SECRET, "appattempt_2")
+    socks = [connect(control.port) for _ in range(12)]
+    trickler = trickle(socks, every_s=0.2, for_s=1.5)
+    try:
+        time.sleep(0.3)
+        started, status = time.monotonic(), None
+        while status != 200 and time.monotonic() - started < 1.0:  # the AM sends it once; here: until it gets in
+            try:
+                status, _ = call_json(signer, control.url, "POST", "/v1/am", {"url": "http://new-am:2"}, timeout=1)
+            except OSError:
+                time.sleep(0.05)
+        blocked = time.monotonic() - started
+        assert status == 200 and blocked < 0.5, blocked
+        assert control.channel.base_url == "http://new-am:2"
+        # and the trickling ones end at the request deadline (0.6 s here) although they go on sending
+        time.sleep(0.6)
+        for s in socks:
+            s.settimeout(0.5)
+            try:
+                assert s.recv(100) == b""
+            except ConnectionResetError:
+                pass
+    finally:
+        trickler.join()
+        for s in socks:
+            s.close()
+
+
+def test_control_answers_one_request_per_connection_and_refuses_odd_bodies(control):
+    signer = Signer(SECRET, "appattempt_2")
+    with connect(control.port) as s:  # a 401 closes the connection: nothing more is read
+        s.sendall(b"POST /v1/am HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}" * 3)
+        assert read_answers(s) == [b"HTTP/1.1 401 Unauthorized"]
+    for length in ("\u00b2", "9" * 5000):
+        with connect(control.port) as s:
+            s.sendall(f"POST /v1/am HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode("latin-1"))
+            assert read_answers(s) == [b"HTTP/1.1 400 Bad Request"]
+    with connect(control.port) as s:
+        s.sendall(signed_request(signer, "POST", "/v1/am", b"[" * 2000 + b"]" * 2000))
+        assert read_answers(s) == [b"HTTP/1.1 400 Bad Request"]
