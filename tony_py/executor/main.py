@@ -199,13 +199,21 @@ def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: 
     return env
 
 
-def _describe_command(command: str) -> tuple[str, int]:
+def _describe_command(command: str) -> str:
+    """What the "started" log line may name: the base name of the first .py/.sh word, or the
+    module after -m, else nothing. Any other word may be a credential (`--token s3cr3t`,
+    `env KEY=v`), and the log is aggregated with the container's."""
     try:
         words = shlex.split(command)
     except ValueError:
-        words = command.split()
-    script = next((w for w in words[1:] if not w.startswith("-")), words[0]) if len(words) > 1 else command
-    return script, max(0, len(words) - 1 - (words.index(script) if script in words else 0))
+        return ""
+    for i, word in enumerate(words):
+        module = words[i + 1] if word == "-m" and i + 1 < len(words) else ""
+        if module and all(part.isidentifier() for part in module.split(".")):
+            return f"-m {module}"
+        if word.endswith((".py", ".sh")) and not word.startswith("-") and "=" not in word:
+            return os.path.basename(word)
+    return ""
 
 
 def _listening(host: str, port: int) -> bool:
@@ -365,7 +373,7 @@ class Executor:
                                       find_nvidia_smi(self.base_env) if gpu_metrics else None)
         self.child = UserProcess(self.s.command, env, str(self.cwd), out, err)
         # Not the whole command: task_params may carry credentials, and this log is aggregated.
-        log.info("started pid %d: %s (%d more argument(s))", self.child.pid, *_describe_command(self.s.command))
+        log.info("started pid %d: %s", self.child.pid, _describe_command(self.s.command) or "(command not shown)")
         _check(self.channel.post("/v1/started", self._body(attempt, pid=self.child.pid)))
         code, timed_out = self._supervise(attempt)
         ended_at = time.time()
