@@ -110,6 +110,22 @@ def test_src_dir_never_writes_through_a_localized_link(tmp_path):
     assert list(cache.iterdir()) == []
 
 
+@pytest.mark.parametrize("entry", ["/venv/x.pth", "../venv/x.pth", "./venv/x.pth", "lib/../../venv/x.pth",
+                                   "venv//x.pth", "/etc/x"])
+def test_src_dir_entries_zipfile_would_rewrite_are_checked_as_written(tmp_path, entry):
+    """zipfile writes '/venv/x' and '../venv/x' as 'venv/x': a check of the raw name let a
+    ready-made src zip plant a .pth in the node's cached venv."""
+    cache = tmp_path / "nm-cache" / "venv"
+    cache.mkdir(parents=True)
+    cwd = tmp_path / "container"
+    cwd.mkdir()
+    (cwd / "venv").symlink_to(cache)
+    name = _zip(cwd / "src.zip", [("train.py", b"x", 0o100644), (entry, b"import evil", 0o100644)])
+    with pytest.raises(UnpackError, match="src_dir holds"):
+        unpack_src(name, cwd)
+    assert list(cache.iterdir()) == [] and not (tmp_path / "etc").exists()
+
+
 def test_src_dir_links_are_skipped_and_modes_masked(tmp_path):
     name = _zip(tmp_path / "src.zip", [
         ("run.sh", b"#!/bin/sh\n", 0o104777),  # setuid, world-writable

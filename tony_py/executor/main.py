@@ -156,16 +156,34 @@ def unpack_src(zip_name: str | None, cwd: Path) -> None:
             if stat.S_ISLNK(mode):
                 log.warning("src_dir: skipped the symbolic link %s", info.filename)
                 continue
-            parts = Path(info.filename).parts
-            for depth in range(1, len(parts) + 1):
-                if (cwd.joinpath(*parts[:depth])).is_symlink():
-                    raise UnpackError(
-                        f"src_dir holds {info.filename}, which would write into the localized resource "
-                        f"{parts[0]!r}; rename that entry of src_dir")
+            if _src_target(info.filename, cwd) is None:
+                continue  # names the working dir itself ('./')
             target = Path(zf.extract(info, cwd))
             if not info.is_dir() and mode & 0o777:
                 os.chmod(target, mode & 0o755)
     (cwd / ".tony_src_unpacked").touch()
+
+
+def _src_target(name: str, cwd: Path) -> Path | None:
+    """Where zipfile will write the entry `name` (None: cwd itself), refused unless it is
+    inside cwd with no link on the way. Checked as zipfile writes it, not as it is named:
+    zipfile drops a leading '/', '.' and '..' parts, so '/venv/x' and '../venv/x' land in
+    'venv/x'; such names are refused outright."""
+    parts = name.split("/")
+    if name.startswith("/") or ".." in parts:
+        raise UnpackError(f"src_dir holds {name!r}: an absolute name or a '..' in it is not allowed; "
+                          "rename that entry of src_dir")
+    parts = [p for p in parts if p not in ("", ".")]
+    if not parts:
+        return None
+    for depth in range(1, len(parts) + 1):
+        if cwd.joinpath(*parts[:depth]).is_symlink():
+            raise UnpackError(f"src_dir holds {name}, which would write into the localized resource "
+                              f"{parts[0]!r}; rename that entry of src_dir")
+    target = cwd.joinpath(*parts)
+    if os.path.commonpath([os.path.realpath(cwd), os.path.realpath(target)]) != os.path.realpath(cwd):
+        raise UnpackError(f"src_dir holds {name!r}, which would write outside the working dir")
+    return target
 
 
 def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: Path) -> dict[str, str]:
