@@ -41,6 +41,9 @@ public final class Submit {
   static final List<String> KNOWN_CLASSES =
       Arrays.asList("io.tonypy.cli.Submit", "com.linkedin.tony.cli.ClusterSubmitter", "com.linkedin.tony.TonyClient");
   static final String[] PYTHONS = {"/opt/conda/default/bin/python3", "python3"};
+  static final String CLIENT_PYTHON = "tony.client.python";
+  /** A class the shaded jar carries and Maven's original-*.jar (the copy before shading) does not. */
+  static final String SHADED_MARKER = "py4j/GatewayServer.class";
   static final int EXIT_USAGE = 2;
   static final long CHILD_GRACE_S = 60;
 
@@ -58,10 +61,16 @@ public final class Submit {
     }
     List<String> properties = new ArrayList<>();
     List<String> flags = genericOptions(argv, properties);
+    // `hadoop jar X.jar -Dtony.client.python=…` passes it as an argument, not a system property
+    String explicitPython = takeProperty(properties, CLIENT_PYTHON);
+    if (explicitPython == null) {
+      explicitPython = System.getProperty(CLIENT_PYTHON, System.getenv("TONY_CLIENT_PYTHON"));
+    }
     String python;
     Path runtime;
     try {
-      python = findPython();
+      checkShaded(ownJar());
+      python = findPython(explicitPython);
       runtime = materializeRuntime();
     } catch (UsageException e) {
       System.err.println("tony-py: error: " + e.getMessage());
@@ -138,10 +147,34 @@ public final class Submit {
     return new ArrayList<>(argv.subList(i, argv.size()));
   }
 
-  /** An explicit setting, then Dataproc's conda interpreter, then python3 on PATH; 3.11 or newer. */
-  static String findPython() throws UsageException {
+  /** Removes key=value from properties and returns the value (the last, if repeated); null if absent. */
+  static String takeProperty(List<String> properties, String key) {
+    String value = null;
+    for (java.util.Iterator<String> it = properties.iterator(); it.hasNext();) {
+      String property = it.next();
+      if (property.startsWith(key + "=")) {
+        value = property.substring(key.length() + 1);
+        it.remove();
+      }
+    }
+    return value;
+  }
+
+  /** The jar must be the shaded one: the client and the AM start py4j's GatewayServer from it. */
+  static void checkShaded(String jar) throws UsageException {
+    if (jar.isEmpty() || holdsEntry(new File(jar), SHADED_MARKER)) {
+      return;
+    }
+    throw new UsageException(jar + " is not the complete tony-py jar: it has no py4j (Maven's original-*.jar is "
+        + "the copy before shading); use tony-py-<version>.jar from the same target/ directory");
+  }
+
+  /**
+   * An explicit setting (-Dtony.client.python, TONY_CLIENT_PYTHON), then Dataproc's conda
+   * interpreter, then python3 on PATH; 3.11 or newer.
+   */
+  static String findPython(String explicit) throws UsageException {
     List<String> candidates = new ArrayList<>();
-    String explicit = System.getProperty("tony.client.python", System.getenv("TONY_CLIENT_PYTHON"));
     if (explicit != null && !explicit.isEmpty()) {
       candidates.add(explicit);
     } else {
@@ -283,8 +316,12 @@ public final class Submit {
   }
 
   static boolean holdsThisClass(File jar) {
+    return holdsEntry(jar, Submit.class.getName().replace('.', '/') + ".class");
+  }
+
+  static boolean holdsEntry(File jar, String name) {
     try (java.util.jar.JarFile jf = new java.util.jar.JarFile(jar)) {
-      return jf.getEntry(Submit.class.getName().replace('.', '/') + ".class") != null;
+      return jf.getEntry(name) != null;
     } catch (IOException e) {
       return false;
     }
