@@ -61,11 +61,7 @@ public final class Submit {
     }
     List<String> properties = new ArrayList<>();
     List<String> flags = genericOptions(argv, properties);
-    // `hadoop jar X.jar -Dtony.client.python=…` passes it as an argument, not a system property
-    String explicitPython = takeProperty(properties, CLIENT_PYTHON);
-    if (explicitPython == null) {
-      explicitPython = System.getProperty(CLIENT_PYTHON, System.getenv("TONY_CLIENT_PYTHON"));
-    }
+    String explicitPython = clientPython(properties);
     String python;
     Path runtime;
     try {
@@ -145,6 +141,16 @@ public final class Submit {
       }
     }
     return new ArrayList<>(argv.subList(i, argv.size()));
+  }
+
+  /**
+   * -Dtony.client.python=…: `hadoop jar X.jar -D…` passes it among the arguments, not as a system
+   * property (taken out of them: it is not a --conf key); else the system property or
+   * TONY_CLIENT_PYTHON.
+   */
+  static String clientPython(List<String> properties) {
+    String value = takeProperty(properties, CLIENT_PYTHON);
+    return value != null ? value : System.getProperty(CLIENT_PYTHON, System.getenv("TONY_CLIENT_PYTHON"));
   }
 
   /** Removes key=value from properties and returns the value (the last, if repeated); null if absent. */
