@@ -1,11 +1,15 @@
 """The servers against a hostile tenant: what one socket, or a few dozen, can make the AM's
-HTTP server and an executor's control endpoint do. Every test measures the harm (bytes the
-AM buffers, 503s, seconds blocked, status codes) on 127.0.0.1 only, with short limits, and
-stops by itself."""
+HTTP server and an executor's control endpoint do, and what another user of a shared gateway
+host can get from `tony portal`. Every test measures the harm (bytes the AM buffers, 503s,
+seconds blocked, status codes) on 127.0.0.1 only, with short limits, and stops by itself."""
 
 import asyncio
+import http.client
+import json
 import re
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from types import SimpleNamespace
@@ -13,9 +17,10 @@ from types import SimpleNamespace
 import pytest
 
 from harness import Harness
-from tony_py.am import admission, report
+from tony_py.am import admission, dashboard, report
 from tony_py.am.server import AmHttpServer
 from tony_py.auth import Signer, UnsignedAnswer, Verifier, call_json
+from tony_py.client.portal import Portal, make_server
 from tony_py.executor import control as control_module
 from tony_py.executor.control import ControlServer
 
@@ -347,3 +352,93 @@ def test_control_answers_one_request_per_connection_and_refuses_odd_bodies(contr
     with connect(control.port) as s:
         s.sendall(signed_request(signer, "POST", "/v1/am", b"[" * 2000 + b"]" * 2000))
         assert read_answers(s) == [b"HTTP/1.1 400 Bad Request"]
+
+
+# ---- item 8: the portal on a shared gateway host, the pages' links ----------------------------------
+class Store:
+    """The history the portal reads (HistoryStore's calls it makes)."""
+
+    finished_root = "hdfs:///tony-history/finished"
+
+    def __init__(self, jobs, config):
+        self.jobs, self.conf = jobs, config
+
+    def summaries(self):
+        return self.jobs
+
+    def purge(self, retention_s):
+        return []
+
+    def events(self, job):
+        return []
+
+    def config(self, job):
+        return self.conf
+
+
+@pytest.fixture
+def portal():
+    jobs = [{"app_id": "application_1_0001", "name": "j", "user": "alice", "final_status": "FAILED",
+             "am_log_url": "javascript:alert(1)",
+             "tasks": [{"name": "worker:0", "state": "FAILED", "log_url": "javascript:alert(2)//"},
+                       {"name": "worker:1", "state": "SUCCEEDED", "log_url": "http://nm:8042/node/containerlogs/c2/alice"}]}]
+    config = {"tony.execution.envs": "API_KEY=s3cr3t,B=2", "tony.containers.envs": "X=hunter2",
+              "tony.worker.instances": "2"}
+    server = make_server(Portal(Store(jobs, config)), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def portal_get(server, path, host=None) -> tuple[int, dict, str]:
+    port = server.server_address[1]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path, headers={"Host": host or f"127.0.0.1:{port}"})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read().decode()
+    finally:
+        conn.close()
+
+
+def test_the_portal_answers_only_the_url_it_printed(portal):
+    """127.0.0.1 on a shared gateway is every user's: without the token nothing is served, and
+    a request for another Host name (DNS rebinding) neither."""
+    assert portal_get(portal, "/")[0] == 403
+    assert portal_get(portal, "/jobs/application_1_0001/config")[0] == 403
+    token = portal.token
+    assert portal_get(portal, "/" + "x" * len(token) + "/")[0] == 403
+    status, headers, page = portal_get(portal, f"/{token}/")
+    assert status == 200 and "application_1_0001" in page and headers["Referrer-Policy"] == "no-referrer"
+    status, headers, _ = portal_get(portal, f"/{token}")
+    assert status == 301 and headers["Location"] == f"/{token}/"
+    assert portal_get(portal, f"/{token}/", host=f"rebound.example:{portal.server_address[1]}")[0] == 403
+
+
+def test_the_portal_masks_env_values_and_links_only_to_http(portal):
+    prefix = f"/{getattr(portal, 'token', '')}"  # (none before the portal had one)
+    _, _, config = portal_get(portal, f"{prefix}/jobs/application_1_0001/config")
+    assert "API_KEY=***,B=***" in config and "X=***" in config and "tony.worker.instances" in config
+    assert "s3cr3t" not in config and "hunter2" not in config
+    _, _, job = portal_get(portal, f"{prefix}/jobs/application_1_0001")
+    assert "javascript:" not in job and "href='http://nm:8042/node/containerlogs/c2/alice/attempt-0.stdout" in job
+
+
+def test_the_dashboards_embedded_status_cannot_end_its_script():
+    status = {"app_id": "application_1_0001", "state": "RUNNING",
+              "tasks": [{"name": "worker:0", "stderr_tail": "</script><script>alert(1)</script><!--"}]}
+    page = dashboard.render(status).decode()
+    data = page.split("<script type='application/json' id='data'>", 1)[1].split("</script>", 1)[0]
+    assert "<" not in data and json.loads(data) == status
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the page's script")
+def test_the_dashboards_links_are_http_only():
+    safe_href = re.search(r"function safeHref\(href\) \{.*?\n\}", dashboard.SCRIPT, re.S).group(0)
+    cases = ["javascript:alert(1)", " JaVaScRiPt:alert(1)", "data:text/html,<b>x</b>", "vbscript:x",
+             "http://nm:8042/logs", "https://tb:6006/", "status.json"]
+    script = (f"globalThis.document = {{baseURI: 'http://rm:8088/proxy/application_1_0001/'}};\n{safe_href}\n"
+              f"console.log(JSON.stringify({json.dumps(cases)}.map(safeHref)));")
+    out = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=30, check=True).stdout
+    assert json.loads(out) == [None, None, None, None, "http://nm:8042/logs", "https://tb:6006/", "status.json"]
