@@ -162,6 +162,28 @@ def test_the_public_page_is_built_at_most_about_once_a_second(am):
     assert status == 200 and "diagnostics" in answer  # signed: fresh and full, never the cached view
 
 
+def test_a_slow_reader_still_gets_a_large_unsigned_answer_whole(tmp_path):
+    """Closing after an unsigned answer must not cut one the socket could not take at once."""
+    big = {"pad": "x" * (3 << 20)}
+    srv = AmHttpServer(("127.0.0.1", 0), None, Verifier(SECRET), lambda trusted: big)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", srv.port))
+        with s:
+            s.sendall(b"GET /status.json HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(1.5)  # longer than the linger after an answer
+            s.settimeout(5)
+            data = b""
+            while chunk := s.recv(1 << 20):
+                data += chunk
+        assert json.loads(data.split(b"\r\n\r\n", 1)[1]) == big
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
 # ---- item 2: sockets held open -----------------------------------------------------------------
 def test_unsigned_answers_close_so_idle_sockets_cannot_fill_the_cap(am):
     """66 sockets that each sent one unsigned GET /status.json held the whole cap of a

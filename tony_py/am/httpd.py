@@ -17,8 +17,8 @@ http.client, the client's urllib and requests, browsers behind YARN's proxy):
   meanwhile waits in the buffer, at most one more request's worth); any other answer closes
   its connection, so a stranger gets one answer per connection;
 - back-pressure: when a client does not read its answers, above WRITE_HIGH bytes held for it
-  the connection stops reading and parsing until the client has taken them (or the
-  request deadline passes);
+  the connection stops reading and parsing until the client has taken them (dropped if it
+  takes nothing for idle_timeout_s; a closing one, after request_timeout_s);
 - deadlines: a started request must arrive whole within request_timeout_s, and an idle
   connection is closed after idle_timeout_s (a first request counts as started);
 - a connection cap that silent sockets cannot fill: unproven connections (no signed request
@@ -297,12 +297,11 @@ class _Connection(asyncio.Protocol):
         self._between_requests()
 
     def _between_requests(self) -> None:
-        """Take the next request the client sent ahead, or wait for one (or for the client to
-        take its answers: it gets the request deadline for that)."""
-        if self.buffer or self.write_paused:
+        """Take the next request the client sent ahead, or wait for one, or for the client to
+        take its answers (a large status over a slow link: the idle timeout, not the request's)."""
+        if self.buffer and not self.write_paused:
             self.deadline = self.loop.time() + self.server.request_timeout_s
-            if not self.write_paused:
-                self.loop.call_soon(self._next)  # not from here: a pipelined run would be a stack of calls
+            self.loop.call_soon(self._next)  # not from here: a pipelined run would be a stack of calls
         else:
             self.deadline = self.loop.time() + self.server.idle_timeout_s
 
@@ -319,4 +318,6 @@ class _Connection(asyncio.Protocol):
         self.buffer.clear()
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        self.deadline = self.loop.time() + LINGER_S
+        # an answer larger than the socket takes at once: the request deadline to collect it
+        unsent = self.transport.get_write_buffer_size()
+        self.deadline = self.loop.time() + (self.server.request_timeout_s if unsent else LINGER_S)
