@@ -214,7 +214,8 @@ class AmHttpServer:
         PUBLIC_CACHE_S, every request meanwhile waits on (or reuses) the same build."""
         now = asyncio.get_running_loop().time()
         built = self._public.get(page)
-        if built is None or now - built[0] > PUBLIC_CACHE_S or (built[1].done() and built[1].exception()):
+        failed = built is not None and built[1].done() and (built[1].cancelled() or built[1].exception())
+        if built is None or now - built[0] > PUBLIC_CACHE_S or failed:
             built = self._public[page] = (now, asyncio.ensure_future(self.http.in_thread(self._public_body, page)))
         return await asyncio.shield(built[1])
 
