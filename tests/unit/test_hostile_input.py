@@ -61,9 +61,9 @@ def on_loop(srv, fn):
 
 
 def buffered(srv) -> int:
-    """Bytes the AM holds for clients that have not read them."""
+    """Bytes the AM holds for clients that have not read them (lingering connections too)."""
     return on_loop(srv, lambda: sum(c.transport.get_write_buffer_size() for c in srv.http.connections
-                                    if c.transport is not None and not c.transport.is_closing()))
+                                    if c.transport is not None))
 
 
 def signed_request(signer, method, target, body=b"") -> bytes:
@@ -84,8 +84,8 @@ def signed_codes(am, n: int) -> list[int]:
 
 
 def connect(port, source="127.0.0.1", timeout=2.0) -> socket.socket:
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0))
-    return s
+    """A connection from `source` (any 127.x.y.z: a peer address of its own)."""
+    return socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0))
 
 
 def pipeline_without_reading(port, requests, seconds=2.0) -> tuple[socket.socket, int]:
@@ -124,7 +124,7 @@ def read_answers(s, timeout=3.0, expect: int | None = None) -> list[bytes]:
     return found
 
 
-# ---- item 1: pipelined requests ------------------------------------------------------------------
+# ---- pipelined requests (issue 18, item 1) -------------------------------------------------------
 def test_unsigned_pipelining_gets_one_answer_and_the_am_buffers_at_most_that(am):
     """3,000 pipelined GET / from a socket that never reads grew the AM's write buffer to
     ~20 MB (measured before the fix): now the first one is answered and the connection closes."""
@@ -184,7 +184,7 @@ def test_a_slow_reader_still_gets_a_large_unsigned_answer_whole(tmp_path):
         srv.server_close()
 
 
-# ---- item 2: sockets held open -----------------------------------------------------------------
+# ---- sockets held open (item 2) ------------------------------------------------------------------
 def test_unsigned_answers_close_so_idle_sockets_cannot_fill_the_cap(am):
     """66 sockets that each sent one unsigned GET /status.json held the whole cap of a
     one-task job for 120 s; signed heartbeats then got 503 (5 of 5, before the fix)."""
@@ -241,6 +241,8 @@ def test_a_proven_connection_is_never_displaced(am, monkeypatch):
 
 
 class Conn:
+    """A connection as admission sees it."""
+
     def __init__(self, peer, opened=0.0):
         self.peer, self.opened, self.busy, self.closing, self.displaced = peer, opened, False, False, False
 
@@ -268,7 +270,7 @@ def test_admission_shares_per_address_limit_and_the_ams_own_address():
     assert not any(c.displaced for c in local)
 
 
-# ---- item 4: parse errors before authentication ------------------------------------------------------
+# ---- parse errors before authentication (item 4) -------------------------------------------------
 @pytest.mark.parametrize("length", ["\u00b2", "1\u00b9", "9" * 5000, "+5", "0x10", ""])
 def test_odd_content_lengths_are_a_clean_400(am, length):
     """A header is latin-1: the byte 0xB2 is '²', which str.isdigit() accepts and int() does not."""
@@ -301,7 +303,7 @@ def test_a_deeply_nested_signed_body_is_a_400(am):
         assert read_answers(s, expect=1) == [b"HTTP/1.1 400 Bad Request"]
 
 
-# ---- item 3: the executor's control endpoint ---------------------------------------------------------
+# ---- the executor's control endpoint (item 3) ----------------------------------------------------
 @pytest.fixture
 def control(monkeypatch):
     monkeypatch.setattr(control_module, "REQUEST_S", 0.6, raising=False)
@@ -376,7 +378,7 @@ def test_control_answers_one_request_per_connection_and_refuses_odd_bodies(contr
         assert read_answers(s) == [b"HTTP/1.1 400 Bad Request"]
 
 
-# ---- item 8: the portal on a shared gateway host, the pages' links ----------------------------------
+# ---- the portal on a shared gateway host, the pages' links (item 8) ------------------------------
 class Store:
     """The history the portal reads (HistoryStore's calls it makes)."""
 
@@ -400,10 +402,10 @@ class Store:
 
 @pytest.fixture
 def portal():
+    tasks = [{"name": "worker:0", "state": "FAILED", "log_url": "javascript:alert(2)//"},
+             {"name": "worker:1", "state": "SUCCEEDED", "log_url": "http://nm:8042/node/containerlogs/c2/alice"}]
     jobs = [{"app_id": "application_1_0001", "name": "j", "user": "alice", "final_status": "FAILED",
-             "am_log_url": "javascript:alert(1)",
-             "tasks": [{"name": "worker:0", "state": "FAILED", "log_url": "javascript:alert(2)//"},
-                       {"name": "worker:1", "state": "SUCCEEDED", "log_url": "http://nm:8042/node/containerlogs/c2/alice"}]}]
+             "am_log_url": "javascript:alert(1)", "tasks": tasks}]
     config = {"tony.execution.envs": "API_KEY=s3cr3t,B=2", "tony.containers.envs": "X=hunter2",
               "tony.worker.instances": "2"}
     server = make_server(Portal(Store(jobs, config)), "127.0.0.1", 0)

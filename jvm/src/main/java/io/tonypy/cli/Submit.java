@@ -327,8 +327,8 @@ public final class Submit {
     }
     Set<PosixFilePermission> perms = Files.getPosixFilePermissions(path, options);
     if (perms.contains(PosixFilePermission.GROUP_WRITE) || perms.contains(PosixFilePermission.OTHERS_WRITE)) {
-      throw new UsageException(what + " " + path + " is writable by other users (" + PosixFilePermissions.toString(perms)
-          + "): check what is in it, or remove it");
+      throw new UsageException(what + " " + path + " is writable by other users ("
+          + PosixFilePermissions.toString(perms) + "): check what is in it, or remove it");
     }
   }
 
