@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness import Harness
-from tony_py.am import admission, dashboard, report
+from tony_py.am import admission, dashboard, httpd, report
 from tony_py.am.server import AmHttpServer
 from tony_py.auth import Signer, UnsignedAnswer, Verifier, call_json
 from tony_py.client.portal import Portal, make_server
@@ -162,8 +162,9 @@ def test_the_public_page_is_built_at_most_about_once_a_second(am):
     assert status == 200 and "diagnostics" in answer  # signed: fresh and full, never the cached view
 
 
-def test_a_slow_reader_still_gets_a_large_unsigned_answer_whole(tmp_path):
+def test_a_slow_reader_still_gets_a_large_unsigned_answer_whole(monkeypatch):
     """Closing after an unsigned answer must not cut one the socket could not take at once."""
+    monkeypatch.setattr(httpd, "LINGER_S", 0.2)
     big = {"pad": "x" * (3 << 20)}
     srv = AmHttpServer(("127.0.0.1", 0), None, Verifier(SECRET), lambda trusted: big)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
@@ -173,7 +174,7 @@ def test_a_slow_reader_still_gets_a_large_unsigned_answer_whole(tmp_path):
         s.connect(("127.0.0.1", srv.port))
         with s:
             s.sendall(b"GET /status.json HTTP/1.1\r\nHost: x\r\n\r\n")
-            time.sleep(1.5)  # longer than the linger after an answer
+            time.sleep(0.5)  # longer than the linger after an answer
             s.settimeout(5)
             data = b""
             while chunk := s.recv(1 << 20):
@@ -306,7 +307,7 @@ def test_a_deeply_nested_signed_body_is_a_400(am):
 # ---- the executor's control endpoint (item 3) ----------------------------------------------------
 @pytest.fixture
 def control(monkeypatch):
-    monkeypatch.setattr(control_module, "REQUEST_S", 0.6, raising=False)
+    monkeypatch.setattr(control_module, "REQUEST_S", 0.5, raising=False)
     channel = SimpleNamespace(base_url="http://old-am:1")
     ctl = ControlServer("127.0.0.1", Verifier(SECRET), channel)
     ctl.channel, ctl.url = channel, f"http://127.0.0.1:{ctl.port}"
@@ -338,9 +339,9 @@ def test_trickling_sockets_cannot_keep_the_new_am_out(control):
     as they went on (a 5 s timeout per read, 8 slots)."""
     signer = Signer(SECRET, "appattempt_2")
     socks = [connect(control.port) for _ in range(12)]
-    trickler = trickle(socks, every_s=0.2, for_s=1.5)
+    trickler = trickle(socks, every_s=0.1, for_s=1.0)
     try:
-        time.sleep(0.3)
+        time.sleep(0.2)
         started, status = time.monotonic(), None
         while status != 200 and time.monotonic() - started < 1.0:  # the AM sends it once; here: until it gets in
             try:
@@ -350,8 +351,8 @@ def test_trickling_sockets_cannot_keep_the_new_am_out(control):
         blocked = time.monotonic() - started
         assert status == 200 and blocked < 0.5, blocked
         assert control.channel.base_url == "http://new-am:2"
-        # and the trickling ones end at the request deadline (0.6 s here) although they go on sending
-        time.sleep(0.6)
+        # and the trickling ones end at the request deadline (0.5 s here) although they go on sending
+        time.sleep(0.5)
         for s in socks:
             s.settimeout(0.5)
             try:
