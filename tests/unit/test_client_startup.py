@@ -1,16 +1,10 @@
 """The client's start-up pieces that need no cluster: Hadoop property defaults, when the JVM
-starts early, the timeline marks bench/startup.py reads, and what a JVM that cannot start says."""
+starts early, and the timeline marks bench/startup.py reads."""
 
 import json
-import tempfile
-import zipfile
 
-import pytest
-
-from tony_py.bridge.gateway import CLIENT_DEFAULTS, JvmLaunch, client_properties, early_launch
-from tony_py.bridge.jvm import java_executable
+from tony_py.bridge.gateway import CLIENT_DEFAULTS, client_properties, early_launch
 from tony_py.client import timeline
-from tony_py.errors import SetupError
 
 DELAY = "dfs.client.block.write.locateFollowingBlock.initial.delay.ms"
 
@@ -49,23 +43,3 @@ def test_timeline_marks_only_when_asked(tmp_path, monkeypatch):
     timeline.mark("staged")
     marks = [json.loads(line) for line in path.read_text().splitlines()]
     assert [m["phase"] for m in marks] == ["validated", "staged"] and marks[0]["t"] <= marks[1]["t"]
-
-
-def test_a_jar_without_py4j_is_named_not_an_int_parse_error(tmp_path, monkeypatch):
-    """Maven's original-*.jar (the copy before shading) has no py4j: the client's JVM ends at
-    once and py4j only said "invalid literal for int() with base 10: b''"."""
-    try:
-        java_executable()
-    except SetupError:
-        pytest.skip("needs a JDK")
-    jar = tmp_path / "original-tony-py-0.1.0.jar"
-    with zipfile.ZipFile(jar, "w") as zf:
-        zf.writestr("io/tonypy/client/Nothing.txt", "")
-    monkeypatch.setenv("TONY_PY_JAR", str(jar))
-    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
-    monkeypatch.setenv("TONY_HADOOP_CLASSPATH", str(tmp_path))
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the JVM's log, kept after a failure
-    with pytest.raises(SetupError) as err:
-        JvmLaunch().result()
-    assert "invalid literal" not in str(err.value)
-    assert f"{jar} is not the complete tony-py jar: it has no py4j" in str(err.value)

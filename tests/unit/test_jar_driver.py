@@ -1,16 +1,22 @@
 """The jar's driver (io.tonypy.cli.Submit), compiled on its own (it needs nothing but the JDK)
-and run as `hadoop jar` runs it: what it says when it cannot go on. No cluster, no Maven."""
+and run as `hadoop jar` runs it, and the Python client it starts: what they say when they
+cannot go on. No cluster, no Maven."""
 
 import hashlib
 import io
 import os
 import shutil
-import sys
 import subprocess
+import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
 import pytest
+
+from tony_py.bridge.gateway import JvmLaunch
+from tony_py.bridge.jvm import java_executable
+from tony_py.errors import SetupError
 
 SOURCE = Path(__file__).resolve().parents[2] / "jvm" / "src" / "main" / "java" / "io" / "tonypy" / "cli" / "Submit.java"
 
@@ -120,3 +126,23 @@ def test_a_runtime_another_user_owns_is_never_run(classes, tmp_path):
     run = drive(jar, cache, f"-Dtony.client.python={sys.executable}", "--executes", "x.py", marker=marker)
     assert run.returncode == 2 and f"the unpacked runtime {runtime} belongs to another user" in run.stderr, run.stderr
     assert not marker.exists()
+
+
+def test_a_jar_without_py4j_is_named_not_an_int_parse_error(tmp_path, monkeypatch):
+    """Maven's original-*.jar (the copy before shading) has no py4j: the client's JVM ends at
+    once and py4j only said "invalid literal for int() with base 10: b''"."""
+    try:
+        java_executable()
+    except SetupError:
+        pytest.skip("needs a JDK")
+    jar = tmp_path / "original-tony-py-0.1.0.jar"
+    with zipfile.ZipFile(jar, "w") as zf:
+        zf.writestr("io/tonypy/client/Nothing.txt", "")
+    monkeypatch.setenv("TONY_PY_JAR", str(jar))
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    monkeypatch.setenv("TONY_HADOOP_CLASSPATH", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the JVM's log, kept after a failure
+    with pytest.raises(SetupError) as err:
+        JvmLaunch().result()
+    assert "invalid literal" not in str(err.value)
+    assert f"{jar} is not the complete tony-py jar: it has no py4j" in str(err.value)
