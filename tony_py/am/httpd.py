@@ -126,6 +126,24 @@ class HttpServer:
         return await self.loop.run_in_executor(self._pool, fn, *args)
 
 
+class Recent:
+    """A value built in the server's threads at most once every max_age_s: every caller
+    meanwhile awaits (or reuses) the same build, however many there are. A failed build is
+    tried again by the next caller."""
+
+    def __init__(self, server: HttpServer, build: Callable[[], object], max_age_s: float):
+        self.server, self.build, self.max_age_s = server, build, max_age_s
+        self._built: tuple[float, asyncio.Future] | None = None
+
+    async def get(self):
+        now = self.server.loop.time()
+        built = self._built
+        failed = built is not None and built[1].done() and (built[1].cancelled() or built[1].exception())
+        if built is None or now - built[0] > self.max_age_s or failed:
+            built = self._built = (now, asyncio.ensure_future(self.server.in_thread(self.build)))
+        return await asyncio.shield(built[1])
+
+
 class _Connection(asyncio.Protocol):
     """One client connection. Deadlines are a timestamp each, checked by the server's sweep
     (a timer per request would cost more than the rest of a heartbeat's handling)."""

@@ -11,17 +11,15 @@
 - /status.json and / are the job's status behind YARN's tracking URL. Full detail (hosts,
   diagnostics, stderr tails, tracebacks) goes to requests that are signed (the client) or that
   come from YARN's web proxy (which authenticates users on a secure cluster; Hadoop's AmIpFilter
-  trusts the same source addresses); anyone else sees task states only, from a copy built at
-  most once every PUBLIC_CACHE_S however many ask.
+  trusts the same source addresses); anyone else sees task states only (built once a second).
 
 Everything runs on one event loop (tony_py/am/httpd.py: why, and what HTTP it speaks):
 executor calls are short and answered on the loop; a spec long-poll waits on the loop, woken
 when the coordinator reports a change that can answer it (no thread per waiting executor); the
 page and status.json are built in a small thread pool so a large job's page never delays a
 heartbeat. It binds to the AM container's host address only, never to a wildcard address.
-Connections are capped (a flood of idle sockets gets 503), a request must arrive within a few
-seconds, and bodies need a valid Content-Length no larger than 1 MiB. Only connections whose
-requests are signed stay open between requests (httpd.py, admission.py).
+Connections are capped (idle sockets cannot fill the cap) and only signed ones stay open, a
+request must arrive within a few seconds, and bodies need a valid Content-Length of <= 1 MiB.
 """
 
 from __future__ import annotations
@@ -33,13 +31,14 @@ import logging
 import math
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qs
 
 from tony_py.am import dashboard
 from tony_py.am.coordinator import Coordinator
-from tony_py.am.httpd import HttpServer, Request, Response
+from tony_py.am.httpd import HttpServer, Recent, Request, Response
 from tony_py.auth import REQUEST_HEADER, RESPONSE_HEADER, AuthError, Verifier
 
 log = logging.getLogger("tony.am.server")
@@ -73,12 +72,13 @@ class AmHttpServer:
         self.verifier = verifier
         self.job_files = job_files
         self._src: asyncio.Future | None = None  # the archive's size and sha256, read once for all
-        self._public: dict[bool, tuple[float, asyncio.Future]] = {}  # page? -> (built at, its body)
         self.status_fn = status
         self.trusted_addresses = trusted_addresses
         self.final_status_served = threading.Event()
         self.http = HttpServer(address, self._handle, max_connections=max_connections,
                                request_timeout_s=REQUEST_TIMEOUT_S, idle_timeout_s=IDLE_TIMEOUT_S, max_body=MAX_BODY)
+        self._public = {page: Recent(self.http, partial(self._public_body, page), PUBLIC_CACHE_S)
+                        for page in (False, True)}
         self._waiters: list[asyncio.Future] = []
         self._wake_pending = False
         self._coordinator: Coordinator | None = None
@@ -185,7 +185,7 @@ class AmHttpServer:
     async def _status(self, request: Request, page: bool) -> Response:
         trusted, nonce = self._viewer(request)
         if not trusted:
-            body = await self._public_view(page)
+            body = await self._public[page].get()
             return Response(200, body, "text/html; charset=utf-8" if page else "application/json")
         status = await self.http.in_thread(self.status_fn, trusted)
         if page:
@@ -208,16 +208,6 @@ class AmHttpServer:
             return self._signed(400, {"error": f"bad request: {exc}"}, nonce)
         answer = await self._wait_spec(task, attempt, container, timeout)
         return self._signed(204, None, nonce) if answer is None else self._signed(200, answer, nonce)
-
-    async def _public_view(self, page: bool) -> bytes:
-        """The anonymous page or status.json: built in a thread at most once every
-        PUBLIC_CACHE_S, every request meanwhile waits on (or reuses) the same build."""
-        now = asyncio.get_running_loop().time()
-        built = self._public.get(page)
-        failed = built is not None and built[1].done() and (built[1].cancelled() or built[1].exception())
-        if built is None or now - built[0] > PUBLIC_CACHE_S or failed:
-            built = self._public[page] = (now, asyncio.ensure_future(self.http.in_thread(self._public_body, page)))
-        return await asyncio.shield(built[1])
 
     def _public_body(self, page: bool) -> bytes:
         status = self.status_fn(False)
