@@ -481,3 +481,19 @@ def test_the_dashboards_links_are_http_only():
               f"console.log(JSON.stringify({json.dumps(cases)}.map(safeHref)));")
     out = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=30, check=True).stdout
     assert json.loads(out) == [None, None, None, None, "http://nm:8042/logs", "https://tb:6006/", "status.json"]
+
+
+def test_a_displaced_request_leaves_no_traceback_in_the_executor_log(control, capfd):
+    """What a stranger's socket makes happen is not worth a traceback in executor.log."""
+    socks = [connect(control.port) for _ in range(control_module.MAX_CONNECTIONS - 1)]
+    try:
+        half = connect(control.port)  # the slot kept for a signed request: it gives way
+        socks.append(half)
+        half.sendall(b"POST /v1/am HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        time.sleep(0.1)
+        socks.append(connect(control.port))
+        time.sleep(0.3)
+    finally:
+        for s in socks:
+            s.close()
+    assert "Traceback" not in capfd.readouterr().err

@@ -103,6 +103,10 @@ class _Server(ThreadingHTTPServer):
         with self.lock:
             self.proven.add(request)
 
+    def handle_error(self, request, client_address):
+        # (socketserver prints a traceback to stderr, which is executor.log: not for a stranger's socket)
+        log.debug("control request from %s failed", client_address[0], exc_info=True)
+
 
 class ControlServer:
     def __init__(self, host: str, verifier: Verifier, channel):
