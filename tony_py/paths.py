@@ -7,6 +7,7 @@ TonY-py is used from a checkout (`pip install -e .`): the JVM jar is built by Ma
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 import tony_py
@@ -18,12 +19,13 @@ CLUSTER_DEFINITION_DIR = SOURCE_ROOT / "docker" / "hadoop-cluster"
 
 
 def cache_dir() -> Path:
-    """Per-user cache for resolved Hadoop jars and content hashes."""
+    """Per-user cache for resolved Hadoop jars, content hashes, copies of job history (with
+    tony-final.xml) and local-mode jobs: private to this user (private_dir)."""
     base = os.environ.get("TONY_PY_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "tony-py"
     )
     path = Path(base)
-    path.mkdir(parents=True, exist_ok=True)
+    private_dir(path)
     return path
 
 
@@ -52,3 +54,21 @@ def locate_jar() -> Path:
             f"{SOURCE_ROOT} (scripts/bootstrap does this)"
         )
     return candidates[-1]
+
+
+def private_dir(path: Path) -> Path:
+    """path as a directory only this user can use: created 0700 (whatever the umask), an
+    existing one of this user's made 0700; SetupError if another user owns it or may write
+    to it, since what it holds (jars, a runtime the jar driver runs, job configs) would then
+    be theirs to change. TONY_PY_CACHE may point at a shared file system."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = path.stat()
+    if st.st_uid != os.geteuid():
+        raise SetupError(f"TonY-py's cache {path} belongs to another user (uid {st.st_uid}): "
+                         "point TONY_PY_CACHE at a directory of your own")
+    if st.st_mode & 0o022:
+        raise SetupError(f"TonY-py's cache {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):04o}): "
+                         f"check what is in it, then `chmod 700 {path}`")
+    if st.st_mode & 0o077:
+        path.chmod(0o700)  # made under a umask of 022: readable by everyone until now
+    return path

@@ -37,7 +37,9 @@ def local_env(tmp_path, monkeypatch):
 
 
 def tony(env_dir: Path, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    full = dict(os.environ, **(env or {}))
+    # the tony_py under test, not the one the venv's editable install points at (a git worktree)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    full = {**os.environ, "PYTHONPATH": path, **(env or {})}
     return subprocess.run([sys.executable, "-m", "tony_py.submit", "--local", *args], capture_output=True, text=True,
                           timeout=timeout, env=full, cwd=env_dir)
 

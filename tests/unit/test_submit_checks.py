@@ -230,3 +230,23 @@ def test_odd_values_end_in_a_one_line_error_or_a_valid_job(src):
                     assert str(exc) and "\n" not in str(exc).strip(), (argv, exc)
                     outcomes["refused"] += 1
     assert outcomes["ok"] > 100 and outcomes["refused"] > 100, outcomes
+
+
+@pytest.mark.parametrize("flag", ["--python_venv", "--src_dir"])
+@pytest.mark.parametrize("name,said", [('ve"nv.zip', "a double quote"), ("v$(id).zip", "'$'"),
+                                        ("v`id`.zip", "a backtick"), ("a\\b.zip", "a backslash")])
+def test_remote_venv_and_src_dir_names_pass_the_launch_script_check(src, flag, name, said):
+    """YARN links a remote file by its own name inside the container's launch script; a local
+    one is uploaded under a name of ours. Exit 2, one line naming the flag and what is allowed."""
+    args = parse_args(["--executes", "train.py", "--conf", "tony.worker.instances=1", flag, f"hdfs:///jobs/{name}"])
+    with pytest.raises(UsageError) as err:
+        prepare(args)
+    text = str(err.value)
+    assert err.value.exit_code == 2 and "\n" not in text
+    assert text.startswith(f"{flag}: the file name") and said in text and "plain file name" in text
+
+
+def test_remote_venv_and_src_dir_with_plain_names_pass(src):
+    args = parse_args(["--executes", "train.py", "--conf", "tony.worker.instances=1",
+                       "--python_venv", "hdfs:///envs/venv-1.2.zip", "--src_dir", "gs://bucket/src/"])
+    assert prepare(args).spec is not None

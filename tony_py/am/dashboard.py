@@ -22,7 +22,14 @@ function el(tag, attrs, ...kids) {
   for (const k of kids) { if (k !== null && k !== undefined) e.append(k instanceof Node ? k : String(k)); }
   return e;
 }
-function link(href, text) { return href ? el('a', {href: href, target: '_blank', rel: 'noopener'}, text) : ''; }
+// Only http(s) links (relative ones resolve to this page's): a URL in the status must not run script.
+function safeHref(href) {
+  try { return ['http:', 'https:'].includes(new URL(href, document.baseURI).protocol) ? href : null; }
+  catch (e) { return null; }
+}
+function link(href, text) {
+  return href && safeHref(href) ? el('a', {href: href, target: '_blank', rel: 'noopener'}, text) : '';
+}
 function when(ts) { return ts ? new Date(ts * 1000).toLocaleString() : ''; }
 function dur(s) { if (s == null || s < 0) return ''; s = Math.floor(s);
   return Math.floor(s / 3600) + ':' + String(Math.floor(s %% 3600 / 60)).padStart(2, '0') + ':' + String(s %% 60).padStart(2, '0'); }
@@ -106,7 +113,8 @@ setTimeout(refresh, REFRESH_MS);
 
 
 def render(status: dict) -> bytes:
-    data = json.dumps(status, default=str).replace("</", "<\\/")
+    # inside <script>, '<!--' and '</script' change how the page is parsed: no '<' at all
+    data = json.dumps(status, default=str).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     body = (f"<script type='application/json' id='data'>{data}</script>"
             "<noscript>This page needs JavaScript; the same data is at <a href='status.json'>status.json</a>."
             "</noscript>")

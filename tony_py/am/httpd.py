@@ -11,12 +11,20 @@ http.client, the client's urllib and requests, browsers behind YARN's proxy):
 - a request line and at most MAX_HEADERS header fields in at most MAX_HEAD bytes;
 - a body by Content-Length only, at most max_body bytes (Transfer-Encoding is refused with
   501, a POST without a length with 411, a bad or repeated length with 400);
-- keep-alive: HTTP/1.1 connections stay open between requests (`Connection: close` and
-  HTTP/1.0 close them), one request at a time per connection (what arrives meanwhile waits
-  in the buffer, at most one more request's worth);
+- keep-alive only for requests that proved who sent them (the handler calls `request.vouch()`:
+  a valid signature): HTTP/1.1 connections then stay open between requests (`Connection:
+  close` and HTTP/1.0 close them), one request at a time per connection (what arrives
+  meanwhile waits in the buffer, at most one more request's worth); any other answer closes
+  its connection, so a stranger gets one answer per connection;
+- back-pressure: when a client does not read its answers, above WRITE_HIGH bytes held for it
+  the connection stops reading and parsing until the client has taken them (dropped if it
+  takes nothing for idle_timeout_s; a closing one, after request_timeout_s);
 - deadlines: a started request must arrive whole within request_timeout_s, and an idle
   connection is closed after idle_timeout_s (a first request counts as started);
-- a connection cap: beyond max_connections a new connection gets 503 and is closed.
+- a connection cap that silent sockets cannot fill: unproven connections (no signed request
+  yet) have a share of max_connections and a per-address limit, a newcomer displaces the
+  oldest silent one, and the rest of the slots are kept by proven connections
+  (tony_py/am/admission.py); a connection that finds no slot gets 503 and is closed.
 
 Anything else gets a 4xx/5xx answer and the connection is closed. Handlers run on the loop and
 answer at once or return an awaitable; blocking work goes through `in_thread`.
@@ -29,125 +37,20 @@ import logging
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from http import HTTPStatus
 from pathlib import Path
 from typing import Awaitable, Callable
 
+from tony_py.am import admission
+from tony_py.am.httpmsg import (MAX_HEAD, Handler, HttpError, Request, Response, body_length, error_response,
+                                parse_head, render)
+
 log = logging.getLogger("tony.am.httpd")
 
-MAX_HEAD = 16 * 1024
-MAX_HEADERS = 100
 LINGER_S = 1.0
 SWEEP_S = 0.25
-_METHODS = frozenset({"GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS", "PATCH"})
-
-
-@dataclass
-class Request:
-    method: str
-    target: str  # path and query exactly as sent (request signatures cover it)
-    headers: dict[str, str]  # lower-case names
-    body: bytes
-    peer: str
-
-    @property
-    def path(self) -> str:
-        return self.target.split("?", 1)[0]
-
-    @property
-    def query(self) -> str:
-        return self.target.split("?", 1)[1] if "?" in self.target else ""
-
-
-@dataclass
-class Response:
-    status: int
-    body: bytes = b""
-    content_type: str = "application/json"
-    headers: tuple[tuple[str, str], ...] = ()
-    # Instead of body: a file of file_size bytes, sent with sendfile after the head (no copy of
-    # it in this process, however many clients fetch it at once).
-    file: Path | None = None
-    file_size: int = 0
-
-
-# A handler answers at once (a Response) or later (an awaitable of one: a long-poll, a page
-# built in a thread).
-Handler = Callable[[Request], "Response | Awaitable[Response]"]
-
-
-class HttpError(Exception):
-    """A request the server refuses before any handler sees it (the connection then closes)."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-
-
-def parse_head(head: bytes) -> tuple[str, str, str, dict[str, str]]:
-    """(method, target, version, headers) of a request head (without its blank line)."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-        raise HttpError(400, "undecodable request head") from None
-    lines = text.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or parts[0] not in _METHODS or not parts[1].startswith("/") \
-            or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
-        raise HttpError(400, "malformed request line")
-    if len(lines) - 1 > MAX_HEADERS:
-        raise HttpError(431, f"more than {MAX_HEADERS} header fields")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not name or " " in name or "\t" in name:
-            raise HttpError(400, "malformed header field")
-        name = name.lower()
-        value = value.strip()
-        if name in headers:
-            if name in ("content-length", "host", "transfer-encoding"):
-                raise HttpError(400, f"repeated {name} header")
-            headers[name] += ", " + value
-        else:
-            headers[name] = value
-    return parts[0], parts[1], parts[2], headers
-
-
-def body_length(method: str, headers: dict[str, str], max_body: int) -> int:
-    if "transfer-encoding" in headers:
-        raise HttpError(501, "Transfer-Encoding is not supported: send a Content-Length")
-    raw = headers.get("content-length")
-    if raw is None:
-        if method == "POST":
-            raise HttpError(411, "Content-Length is required")
-        return 0
-    if not raw.isdigit():
-        raise HttpError(400, f"bad Content-Length {raw[:40]!r}")
-    length = int(raw)
-    if length > max_body:
-        raise HttpError(413, f"the body is larger than {max_body} bytes")
-    return length
-
-
-_STATUS_LINES = {code.value: f"HTTP/1.1 {code.value} {code.phrase}\r\n" for code in HTTPStatus}
-
-
-def render(response: Response, keep_alive: bool) -> bytes:
-    length = response.file_size if response.file is not None else len(response.body)
-    head = (_STATUS_LINES.get(response.status) or f"HTTP/1.1 {response.status} Unknown\r\n") \
-        + f"Content-Type: {response.content_type}\r\nContent-Length: {length}\r\nCache-Control: no-store\r\n"
-    for name, value in response.headers:
-        head += f"{name}: {value}\r\n"
-    if not keep_alive:
-        head += "Connection: close\r\n"
-    return (head + "\r\n").encode("latin-1") + (response.body if response.file is None else b"")
-
-
-def error_response(status: int, message: str) -> Response:
-    import json
-
-    return Response(status, json.dumps({"error": message}).encode())
+# What the AM holds for one client that does not read (asyncio's default too, said out loud): a
+# connection that pipelines requests and reads nothing costs at most this plus one answer.
+WRITE_HIGH = 64 * 1024
 
 
 class HttpServer:
@@ -163,7 +66,8 @@ class HttpServer:
         self.sock = socket.create_server(address, backlog=max(128, min(max_connections, 4096)))
         self.sock.setblocking(False)
         self.loop = asyncio.new_event_loop()
-        self.connections: set[_Connection] = set()
+        self.connections: set[_Connection] = set()  # every open one, slot or not (the sweep's)
+        self.admission = admission.Admission(max_connections, own_address=self.sock.getsockname()[0])
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="am-http")
         self._serving = threading.Event()
         self._stopped = threading.Event()
@@ -222,6 +126,24 @@ class HttpServer:
         return await self.loop.run_in_executor(self._pool, fn, *args)
 
 
+class Recent:
+    """A value built in the server's threads at most once every max_age_s: every caller
+    meanwhile awaits (or reuses) the same build, however many there are. A failed build is
+    tried again by the next caller."""
+
+    def __init__(self, server: HttpServer, build: Callable[[], object], max_age_s: float):
+        self.server, self.build, self.max_age_s = server, build, max_age_s
+        self._built: tuple[float, asyncio.Future] | None = None
+
+    async def get(self):
+        now = self.server.loop.time()
+        built = self._built
+        failed = built is not None and built[1].done() and (built[1].cancelled() or built[1].exception())
+        if built is None or now - built[0] > self.max_age_s or failed:
+            built = self._built = (now, asyncio.ensure_future(self.server.in_thread(self.build)))
+        return await asyncio.shield(built[1])
+
+
 class _Connection(asyncio.Protocol):
     """One client connection. Deadlines are a timestamp each, checked by the server's sweep
     (a timer per request would cost more than the rest of a heartbeat's handling)."""
@@ -236,15 +158,19 @@ class _Connection(asyncio.Protocol):
         self.task: asyncio.Task | None = None
         self.deadline: float | None = None
         self.closing = False  # answered and half-closed: lingering until the deadline
+        self.vouched = False  # the request being answered proved who sent it
+        self.opened = 0.0
+        self.write_paused = False  # the client is not taking its answers
 
     # ---- asyncio callbacks -------------------------------------------------------------------
     def connection_made(self, transport) -> None:
         self.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH)
         peer = transport.get_extra_info("peername")
         self.peer = peer[0] if peer else ""
-        over = len(self.server.connections) >= self.server.max_connections
+        self.opened = self.loop.time()
         self.server.connections.add(self)
-        if over:
+        if not self.server.admission.admit(self, self.opened):
             transport.write(render(Response(503), keep_alive=False))
             self._linger()
             return
@@ -256,7 +182,7 @@ class _Connection(asyncio.Protocol):
         if not self.buffer and not self.busy:  # a request has started: it must arrive whole in time
             self.deadline = self.loop.time() + self.server.request_timeout_s
         self.buffer += data
-        if not self.busy:
+        if not self.busy and not self.write_paused:
             self._next()
         elif len(self.buffer) > MAX_HEAD + self.server.max_body:
             # more than one more request while one is answered: not a client of ours (no
@@ -265,26 +191,52 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc) -> None:
         self.server.connections.discard(self)
+        self.server.admission.release(self)
         self.deadline = None
         if self.task is not None and not self.task.done():
             self.task.cancel()  # a long-poll for a client that is gone
 
+    def pause_writing(self) -> None:
+        """More than WRITE_HIGH bytes wait for the client: read and parse nothing more."""
+        self.write_paused = True
+        self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.closing:
+            return
+        self.transport.resume_reading()
+        if not self.busy:
+            self._between_requests()
+
     def abort(self) -> None:
         if self.transport is not None:
             self.transport.abort()
+
+    # ---- its slot (tony_py/am/admission.py) ------------------------------------------------------
+    def displaceable(self, now: float, grace_s: float) -> bool:
+        """Unproven, and answered already or silent past its grace: a newcomer may have its slot."""
+        return self.closing or (not self.busy and now - self.opened >= grace_s)
+
+    def displace(self) -> None:
+        self.transport.abort()
 
     def expire(self, now: float) -> None:
         """Called by the sweep once `deadline` passed."""
         self.deadline = None
         if self.transport is None or self.transport.is_closing():
             return
-        if self.closing or not self.buffer:
+        if self.write_paused or self.transport.get_write_buffer_size():
+            self.transport.abort()  # answers the client did not take in time: drop them
+        elif self.closing or not self.buffer:
             self.transport.close()  # lingered long enough, or idle: nothing to answer
         elif not self.busy:
             self._refuse(408, "the request did not arrive in time")
 
     # ---- requests ------------------------------------------------------------------------------
     def _next(self) -> None:
+        if self.busy or self.closing or self.write_paused or self.transport.is_closing():
+            return  # (a call scheduled by _between_requests, for a connection that changed meanwhile)
         end = self.buffer.find(b"\r\n\r\n")
         if end < 0:
             if len(self.buffer) > MAX_HEAD:
@@ -303,8 +255,9 @@ class _Connection(asyncio.Protocol):
         del self.buffer[:total]
         keep_alive = version == "HTTP/1.1" and "close" not in headers.get("connection", "").lower()
         self.busy = True
+        self.vouched = False
         self.deadline = None  # the handler takes the time it needs (a long-poll waits up to 30 s)
-        request = Request(method, target, headers, body, self.peer)
+        request = Request(method, target, headers, body, self.peer, self._vouch)
         try:
             answer = self.server.handler(request)
         except Exception:  # noqa: BLE001 - a handler's bug is a 500, not a dead server
@@ -327,9 +280,14 @@ class _Connection(asyncio.Protocol):
         self.task = None
         self._write(response, keep_alive)
 
+    def _vouch(self) -> None:
+        self.vouched = True
+        self.server.admission.prove(self)
+
     def _write(self, response: Response, keep_alive: bool) -> None:
         if self.transport.is_closing():
             return
+        keep_alive = keep_alive and self.vouched  # a stranger gets one answer per connection
         self.transport.write(render(response, keep_alive))
         if response.file is not None:
             self.task = self.loop.create_task(self._send_file(response.file, keep_alive))
@@ -354,9 +312,14 @@ class _Connection(asyncio.Protocol):
             self._linger()
             return
         self.busy = False
-        if self.buffer:
+        self._between_requests()
+
+    def _between_requests(self) -> None:
+        """Take the next request the client sent ahead, or wait for one, or for the client to
+        take its answers (a large status over a slow link: the idle timeout, not the request's)."""
+        if self.buffer and not self.write_paused:
             self.deadline = self.loop.time() + self.server.request_timeout_s
-            self._next()
+            self.loop.call_soon(self._next)  # not from here: a pipelined run would be a stack of calls
         else:
             self.deadline = self.loop.time() + self.server.idle_timeout_s
 
@@ -373,4 +336,6 @@ class _Connection(asyncio.Protocol):
         self.buffer.clear()
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        self.deadline = self.loop.time() + LINGER_S
+        # an answer larger than the socket takes at once: the request deadline to collect it
+        unsent = self.transport.get_write_buffer_size()
+        self.deadline = self.loop.time() + (self.server.request_timeout_s if unsent else LINGER_S)

@@ -11,15 +11,15 @@
 - /status.json and / are the job's status behind YARN's tracking URL. Full detail (hosts,
   diagnostics, stderr tails, tracebacks) goes to requests that are signed (the client) or that
   come from YARN's web proxy (which authenticates users on a secure cluster; Hadoop's AmIpFilter
-  trusts the same source addresses); anyone else sees task states only.
+  trusts the same source addresses); anyone else sees task states only (built once a second).
 
 Everything runs on one event loop (tony_py/am/httpd.py: why, and what HTTP it speaks):
 executor calls are short and answered on the loop; a spec long-poll waits on the loop, woken
 when the coordinator reports a change that can answer it (no thread per waiting executor); the
 page and status.json are built in a small thread pool so a large job's page never delays a
 heartbeat. It binds to the AM container's host address only, never to a wildcard address.
-Connections are capped (a flood of idle sockets gets 503), a request must arrive within a few
-seconds, and bodies need a valid Content-Length no larger than 1 MiB.
+Connections are capped (idle sockets cannot fill the cap) and only signed ones stay open, a
+request must arrive within a few seconds, and bodies need a valid Content-Length of <= 1 MiB.
 """
 
 from __future__ import annotations
@@ -31,13 +31,14 @@ import logging
 import math
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qs
 
 from tony_py.am import dashboard
 from tony_py.am.coordinator import Coordinator
-from tony_py.am.httpd import HttpServer, Request, Response
+from tony_py.am.httpd import HttpServer, Recent, Request, Response
 from tony_py.auth import REQUEST_HEADER, RESPONSE_HEADER, AuthError, Verifier
 
 log = logging.getLogger("tony.am.server")
@@ -47,6 +48,7 @@ MAX_LONG_POLL_S = 30.0
 REQUEST_TIMEOUT_S = 5.0  # to send a whole request; long-polls wait in the coordinator, not here
 IDLE_TIMEOUT_S = 120.0  # an executor's connection between heartbeats (tony.task.heartbeat-interval-ms)
 MAX_METRICS = 64
+PUBLIC_CACHE_S = 1.0  # how stale the anonymous view may be (the page itself refreshes every 2 s)
 
 
 class BadRequest(ValueError):
@@ -75,6 +77,8 @@ class AmHttpServer:
         self.final_status_served = threading.Event()
         self.http = HttpServer(address, self._handle, max_connections=max_connections,
                                request_timeout_s=REQUEST_TIMEOUT_S, idle_timeout_s=IDLE_TIMEOUT_S, max_body=MAX_BODY)
+        self._public = {page: Recent(self.http, partial(self._public_body, page), PUBLIC_CACHE_S)
+                        for page in (False, True)}
         self._waiters: list[asyncio.Future] = []
         self._wake_pending = False
         self._coordinator: Coordinator | None = None
@@ -172,12 +176,17 @@ class AmHttpServer:
             answer = self._route(path, data)
         except (BadRequest, ValueError) as exc:
             return self._signed(400, {"error": f"bad request: {exc}"}, nonce)
+        except RecursionError:  # json's parser recurses once per level of nesting
+            return self._signed(400, {"error": "bad request: the body is nested too deeply"}, nonce)
         if answer is None:
             return self._signed(404, {"error": "not found"}, nonce)
         return self._signed(200, answer, nonce)
 
     async def _status(self, request: Request, page: bool) -> Response:
         trusted, nonce = self._viewer(request)
+        if not trusted:
+            body = await self._public[page].get()
+            return Response(200, body, "text/html; charset=utf-8" if page else "application/json")
         status = await self.http.in_thread(self.status_fn, trusted)
         if page:
             body = await self.http.in_thread(dashboard.render, status)
@@ -199,6 +208,10 @@ class AmHttpServer:
             return self._signed(400, {"error": f"bad request: {exc}"}, nonce)
         answer = await self._wait_spec(task, attempt, container, timeout)
         return self._signed(204, None, nonce) if answer is None else self._signed(200, answer, nonce)
+
+    def _public_body(self, page: bool) -> bytes:
+        status = self.status_fn(False)
+        return dashboard.render(status) if page else json.dumps(status).encode()
 
     def _job(self, request: Request) -> Response:
         nonce = self._verified(request)
@@ -225,10 +238,12 @@ class AmHttpServer:
     def _verified(self, request: Request) -> tuple[str, int] | None:
         """The request's nonce if it is signed with the app secret and fresh, else None."""
         try:
-            return self.verifier.check(request.method, request.target, request.body,
-                                       request.headers.get(REQUEST_HEADER.lower()))
+            nonce = self.verifier.check(request.method, request.target, request.body,
+                                        request.headers.get(REQUEST_HEADER.lower()))
         except AuthError:
             return None
+        request.vouch()  # its connection may stay open (httpd.py)
+        return nonce
 
     def _viewer(self, request: Request) -> tuple[bool, tuple[str, int] | None]:
         """(full detail?, the nonce to sign the answer for): a signed request (the client) or

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import zipfile
 from pathlib import Path
 
 from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
@@ -26,6 +27,7 @@ from tony_py.config.xmlconf import read_xml
 from tony_py.errors import SetupError, TonyError
 
 CLIENT_HEAP = "-Xmx384m"
+GATEWAY_CLASS = "py4j/GatewayServer.class"  # in the shaded jar, not in Maven's original-*.jar
 
 # An unreachable ResourceManager (a wrong HADOOP_CONF_DIR, an RM that is down) kept the client
 # retrying for YARN's default 15 minutes of sleeps (30 s apart, each try itself retrying the
@@ -106,6 +108,23 @@ def java_error(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
 
 
+def jvm_start_failure(jar: Path, exc: Exception, log_path: Path | None) -> str:
+    """Why the client's JVM did not start, in words: py4j says "invalid literal for int()" when
+    the JVM ends before printing its port (it could not even load py4j's GatewayServer)."""
+    try:
+        with zipfile.ZipFile(jar) as zf:
+            zf.getinfo(GATEWAY_CLASS)
+    except KeyError:
+        return (f"{jar} is not the complete tony-py jar: it has no py4j (Maven's original-*.jar is the copy "
+                "before shading); use tony-py-<version>.jar from the same target/ directory")
+    except (OSError, zipfile.BadZipFile) as error:
+        return f"{jar} is not a readable jar: {error}"
+    if isinstance(exc, ValueError) and log_path is not None:
+        lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+        return "the JVM ended at once" + (f": {lines[-1][:300]}" if lines else "")
+    return str(exc)
+
+
 class JvmLaunch:
     """The client's JVM starting, in the background when asked: its ~0.4 s then overlap the
     checks that need no cluster (open_gateway). result() waits and returns (conf dir, port,
@@ -151,7 +170,9 @@ class JvmLaunch:
                     return_proc=True,
                 )
             except Exception as exc:  # noqa: BLE001 - report how the JVM failed to start
-                raise SetupError(f"the client JVM did not start: {exc} (see {self.log_path})") from None
+                self.log.flush()
+                raise SetupError(f"the client JVM did not start: {jvm_start_failure(jar, exc, self.log_path)} "
+                                 f"(see {self.log_path})") from None
             self._outcome = (conf_dir, port, token, proc)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits in result()
             self._outcome = exc

@@ -3,15 +3,23 @@
     tony portal [--port 19886] [--host 127.0.0.1]
 
 Pages: / (jobs, with filters: user, status, tag, since), /jobs/<appId> (summary, root cause,
-tasks with their metrics and log links, the events timeline), /jobs/<appId>/config. Same look as
-the AM's page. It binds to 127.0.0.1 unless told otherwise (--host), reads the history of the
-user running it, and keeps the job list for CACHE_S seconds (TonY's portal rescanned the
-history on every page load).
+tasks with their metrics and log links, the events timeline), /jobs/<appId>/config (env values
+masked). Same look as the AM's page. It binds to 127.0.0.1 unless told otherwise (--host),
+reads the history of the user running it, and keeps the job list for CACHE_S seconds (TonY's
+portal rescanned the history on every page load).
+
+Only for the user who started it: on a shared gateway 127.0.0.1 is every user's. Every page
+lives under a random path prefix (/<token>/) that only the printed URL carries, a request whose
+Host is not a name of this machine is refused (a web page that rebinds its DNS name to
+127.0.0.1), and no page sends a Referer (log links point to other servers).
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
+import secrets
+import socket
 import sys
 import threading
 import time
@@ -24,7 +32,7 @@ from tony_py.client.history_cmd import matches
 from tony_py.config.layers import load_conf
 from tony_py.errors import TonyError
 from tony_py.history.store import HistoryStore, parse_since
-from tony_py.web.page import duration, esc, frame, size, when
+from tony_py.web.page import duration, esc, frame, safe_url, size, when
 
 CACHE_S = 10.0
 DEFAULT_PORT = 19886  # TonY's portal port
@@ -81,13 +89,15 @@ class Portal:
         j = self.job(app_id)
         if j is None:
             return None
+        am_log = safe_url(j.get("am_log_url"))
         facts = "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in (
             ("status", f"<span class='state {esc(j.get('final_status'))}'>{esc(j.get('final_status'))}</span>"),
             ("message", esc(j.get("message"))), ("user", esc(j.get("user"))), ("queue", esc(j.get("queue"))),
             ("framework", esc(j.get("framework"))), ("submitted", when(j.get("submitted_at"))),
             ("finished", when(j.get("finished_at"))), ("restarts", esc(j.get("restarts_used"))),
-            ("AM log", f"<a href='{esc(j['am_log_url'])}'>am.log</a>" if j.get("am_log_url") else ""),
-            ("TensorBoard", esc(j.get("tensorboard_url"))), ("config", "<a href='config'>tony-final.xml</a>"),
+            ("AM log", f"<a href='{esc(am_log)}'>am.log</a>" if am_log else ""),
+            ("TensorBoard", esc(j.get("tensorboard_url"))),
+            ("config", f"<a href='{quote(app_id)}/config'>tony-final.xml</a>"),  # (this page is jobs/<id>)
         ) if v not in ("", None, "None"))
         sections = [f"<section id='job'><h2>Job</h2><div class='body'><dl>{facts}</dl></div></section>"]
         rc = j.get("root_cause")
@@ -98,10 +108,10 @@ class Portal:
         task_rows = ""
         for t in j.get("tasks") or []:
             m = t.get("metrics") or {}
-            logs = ""
-            if t.get("log_url"):
+            logs, log_url = "", safe_url(t.get("log_url"))
+            if log_url:
                 n = t.get("attempt") or 0
-                logs = " · ".join(f"<a href='{esc(t['log_url'].rstrip('/'))}/{f}/?start=0'>{label}</a>" for label, f in
+                logs = " · ".join(f"<a href='{esc(log_url.rstrip('/'))}/{f}/?start=0'>{label}</a>" for label, f in
                                   (("stdout", f"attempt-{n}.stdout"), ("stderr", f"attempt-{n}.stderr"),
                                    ("executor", "executor.log")))
             task_rows += (f"<tr data-task='{esc(t['name'])}'><td>{esc(t['name'])}</td>"
@@ -126,21 +136,50 @@ class Portal:
         j = self.job(app_id)
         if j is None:
             return None
-        rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in sorted(self.store.config(j).items()))
+        rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(masked(k, v))}</td></tr>"
+                       for k, v in sorted(self.store.config(j).items()))
         body = (f"<section><h2>tony-final.xml</h2><div class='body'><table id='config'><thead><tr><th>key</th>"
                 f"<th>value</th></tr></thead><tbody>{rows}</tbody></table></div></section>")
         return frame(f"TonY-py {app_id} config", f"<a href='../../'>jobs</a> / <a href='../{quote(app_id)}'>"
                                                  f"{esc(app_id)}</a> / config", "", body)
 
 
-def make_server(portal: Portal, host: str, port: int) -> ThreadingHTTPServer:
+def masked(key: str, value: str) -> str:
+    """tony.execution.envs (--shell_env) and tony.containers.envs (--container_env): names
+    only, values hidden (they may be credentials)."""
+    if not key.endswith(".envs"):
+        return value
+    return ",".join(f"{item.split('=', 1)[0].strip()}=***" if "=" in item else "***"
+                    for item in value.split(",") if item.strip())
+
+
+def allowed_hosts(host: str, port: int) -> frozenset[str]:
+    """Host header values this portal answers: its own names and addresses, with the port."""
+    names = {"localhost", "127.0.0.1", "[::1]", socket.gethostname(), socket.getfqdn()}
+    if host not in ("", "0.0.0.0", "::"):
+        names.add(f"[{host}]" if ":" in host else host)
+    try:
+        names.update(socket.gethostbyname_ex(socket.gethostname())[2])
+    except OSError:
+        pass
+    return frozenset(f"{name.lower()}:{port}" for name in names)
+
+
+def make_server(portal: Portal, host: str, port: int, token: str | None = None) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, fmt, *args):
             pass
 
         def do_GET(self):
             url = urlparse(self.path)
+            if self.headers.get("Host", "").lower() not in self.server.hosts:
+                return self._send(403, frame("TonY-py", "Forbidden", "unknown Host", ""))
             parts = [p for p in url.path.split("/") if p]
+            if not parts or not hmac.compare_digest(parts[0].encode(), self.server.token.encode()):
+                return self._send(403, frame("TonY-py", "Forbidden", "open the URL `tony portal` printed", ""))
+            if len(parts) == 1 and not url.path.endswith("/"):  # the index's links are relative to /<token>/
+                return self._redirect(f"/{self.server.token}/")
+            parts = parts[1:]
             try:
                 if not parts:
                     page = portal.index(parse_qs(url.query))
@@ -153,18 +192,27 @@ def make_server(portal: Portal, host: str, port: int) -> ThreadingHTTPServer:
             except TonyError as exc:
                 return self._send(502, frame("TonY-py", "History unavailable", esc(exc), ""))
             if page is None:
-                return self._send(404, frame("TonY-py", "Not found", esc(url.path), "<p><a href='/'>jobs</a></p>"))
+                return self._send(404, frame("TonY-py", "Not found", esc("/".join(parts)), ""))
             self._send(200, page)
+
+        def _redirect(self, location: str) -> None:
+            self.send_response(301)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
         def _send(self, code: int, body: bytes) -> None:
             self.send_response(code)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
+            self.send_header("Referrer-Policy", "no-referrer")  # the token is in every page's URL
             self.end_headers()
             self.wfile.write(body)
 
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
+    server.token = token or secrets.token_urlsafe(24)
+    server.hosts = allowed_hosts(host, server.server_address[1])
     return server
 
 
@@ -179,7 +227,8 @@ def main(argv: list[str], prog: str = "tony portal") -> int:
         with ClientGateway() as gw:
             portal = Portal(HistoryStore.for_user(gw, conf.get), int(conf.get("tony.history.retention-sec") or 0))
             server = make_server(portal, opts.host, opts.port)
-            print(f"TonY-py portal on http://{opts.host}:{server.server_address[1]}/ (Ctrl-C stops it)", flush=True)
+            print(f"TonY-py portal on http://{opts.host}:{server.server_address[1]}/{server.token}/ "
+                  "(for you only: do not share this URL; Ctrl-C stops it)", flush=True)
             try:
                 server.serve_forever()
             except KeyboardInterrupt:

@@ -98,6 +98,9 @@ def prepare(args: SubmitArgs) -> PreparedJob:
                         ("--conf_file", args.conf_file), ("--executes", (args.executes or "").split(" ")[0])):
         if value and "://" not in value:
             checks.local_path(flag, value)
+    for flag, value in (("--src_dir", args.src_dir), ("--python_venv", args.python_venv)):
+        if is_remote(value):  # localized as is: its own name reaches the launch script (a local one is renamed)
+            checks.link_name(flag, value.rstrip("/").rsplit("/", 1)[-1])
     conf = load_conf(args.conf_file, args.conf)
     if args.sidecar_tensorboard_log_dir:  # TonY: the flag wins over the key
         conf.set("tony.application.tensorboard-log-dir", args.sidecar_tensorboard_log_dir,

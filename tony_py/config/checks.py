@@ -41,10 +41,15 @@ def launch_value(key: str, value: str, what: str = "value") -> str:
 
 
 def link_name(key: str, name: str) -> str:
-    """A localized resource's name: a plain file name in the container's working dir."""
-    if not name or name in (".", "..") or "/" in name or "$" in name:
-        raise ConfigError(key, f"the resource name {name!r} must be a plain file name (no '/' or '$')")
-    return launch_value(key, name, what="resource name")
+    """A localized resource's name: a plain file name in the container's working dir (the
+    launch script links it by that name, and the NodeManager's copy keeps the file's own)."""
+    m = re.search("[/$]", name) or _LAUNCH_UNSAFE.search(name)
+    if m or name in ("", ".", ".."):
+        what = f"contains {_describe(m.group()) if m.group() not in '/$' else repr(m.group())}" if m \
+            else "is not a file name"
+        raise ConfigError(key, f"the file name {name[:80]!r} {what}; YARN's container launch script needs a plain "
+                               "file name: no '/', '$', quotes, backticks, backslashes or control characters")
+    return name
 
 
 def xml_text(key: str, value: str) -> str:

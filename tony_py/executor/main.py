@@ -156,16 +156,34 @@ def unpack_src(zip_name: str | None, cwd: Path) -> None:
             if stat.S_ISLNK(mode):
                 log.warning("src_dir: skipped the symbolic link %s", info.filename)
                 continue
-            parts = Path(info.filename).parts
-            for depth in range(1, len(parts) + 1):
-                if (cwd.joinpath(*parts[:depth])).is_symlink():
-                    raise UnpackError(
-                        f"src_dir holds {info.filename}, which would write into the localized resource "
-                        f"{parts[0]!r}; rename that entry of src_dir")
+            if _src_target(info.filename, cwd) is None:
+                continue  # names the working dir itself ('./')
             target = Path(zf.extract(info, cwd))
             if not info.is_dir() and mode & 0o777:
                 os.chmod(target, mode & 0o755)
     (cwd / ".tony_src_unpacked").touch()
+
+
+def _src_target(name: str, cwd: Path) -> Path | None:
+    """Where zipfile will write the entry `name` (None: cwd itself), refused unless it is
+    inside cwd with no link on the way. Checked as zipfile writes it, not as it is named:
+    zipfile drops a leading '/', '.' and '..' parts, so '/venv/x' and '../venv/x' land in
+    'venv/x'; such names are refused outright."""
+    parts = name.split("/")
+    if name.startswith("/") or ".." in parts:
+        raise UnpackError(f"src_dir holds {name!r}: an absolute name or a '..' in it is not allowed; "
+                          "rename that entry of src_dir")
+    parts = [p for p in parts if p not in ("", ".")]
+    if not parts:
+        return None
+    for depth in range(1, len(parts) + 1):
+        if cwd.joinpath(*parts[:depth]).is_symlink():
+            raise UnpackError(f"src_dir holds {name}, which would write into the localized resource "
+                              f"{parts[0]!r}; rename that entry of src_dir")
+    target = cwd.joinpath(*parts)
+    if os.path.commonpath([os.path.realpath(cwd), os.path.realpath(target)]) != os.path.realpath(cwd):
+        raise UnpackError(f"src_dir holds {name!r}, which would write outside the working dir")
+    return target
 
 
 def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: Path) -> dict[str, str]:
@@ -199,13 +217,21 @@ def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: 
     return env
 
 
-def _describe_command(command: str) -> tuple[str, int]:
+def _describe_command(command: str) -> str:
+    """What the "started" log line may name: the base name of the first .py/.sh word, or the
+    module after -m, else nothing. Any other word may be a credential (`--token s3cr3t`,
+    `env KEY=v`), and the log is aggregated with the container's."""
     try:
         words = shlex.split(command)
     except ValueError:
-        words = command.split()
-    script = next((w for w in words[1:] if not w.startswith("-")), words[0]) if len(words) > 1 else command
-    return script, max(0, len(words) - 1 - (words.index(script) if script in words else 0))
+        return ""
+    for i, word in enumerate(words):
+        module = words[i + 1] if word == "-m" and i + 1 < len(words) else ""
+        if module and all(part.isidentifier() for part in module.split(".")):
+            return f"-m {module}"
+        if word.endswith((".py", ".sh")) and not word.startswith("-") and "=" not in word:
+            return os.path.basename(word)
+    return ""
 
 
 def _listening(host: str, port: int) -> bool:
@@ -365,7 +391,7 @@ class Executor:
                                       find_nvidia_smi(self.base_env) if gpu_metrics else None)
         self.child = UserProcess(self.s.command, env, str(self.cwd), out, err)
         # Not the whole command: task_params may carry credentials, and this log is aggregated.
-        log.info("started pid %d: %s (%d more argument(s))", self.child.pid, *_describe_command(self.s.command))
+        log.info("started pid %d: %s", self.child.pid, _describe_command(self.s.command) or "(command not shown)")
         _check(self.channel.post("/v1/started", self._body(attempt, pid=self.child.pid)))
         code, timed_out = self._supervise(attempt)
         ended_at = time.time()

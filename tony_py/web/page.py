@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import time
+from urllib.parse import urlsplit
 
 STYLE = """
 :root { --fg:#1d232a; --muted:#5c6773; --line:#dde3ea; --bg:#f7f9fb; --ok:#1a7f37; --bad:#c62828;
@@ -45,6 +46,18 @@ form.filters input, form.filters select { font: inherit; padding:3px 6px; }
 
 def esc(value) -> str:
     return html.escape("" if value is None else str(value))
+
+
+def safe_url(url) -> str | None:
+    """url if it is an absolute http(s) URL, else None: a link made from job data must not run
+    script (javascript:, data:) once that data is shown to someone else."""
+    if not isinstance(url, str):
+        return None
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return None
+    return url if parts.scheme.lower() in ("http", "https") and parts.netloc else None
 
 
 def when(ts) -> str:

@@ -11,13 +11,18 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.AtomicMoveNotSupportedException;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
+import java.nio.file.LinkOption;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardCopyOption;
+import java.nio.file.attribute.PosixFilePermission;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.nio.file.attribute.UserPrincipal;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.zip.ZipEntry;
 import java.util.zip.ZipInputStream;
@@ -41,6 +46,9 @@ public final class Submit {
   static final List<String> KNOWN_CLASSES =
       Arrays.asList("io.tonypy.cli.Submit", "com.linkedin.tony.cli.ClusterSubmitter", "com.linkedin.tony.TonyClient");
   static final String[] PYTHONS = {"/opt/conda/default/bin/python3", "python3"};
+  static final String CLIENT_PYTHON = "tony.client.python";
+  /** A class the shaded jar carries and Maven's original-*.jar (the copy before shading) does not. */
+  static final String SHADED_MARKER = "py4j/GatewayServer.class";
   static final int EXIT_USAGE = 2;
   static final long CHILD_GRACE_S = 60;
 
@@ -58,10 +66,12 @@ public final class Submit {
     }
     List<String> properties = new ArrayList<>();
     List<String> flags = genericOptions(argv, properties);
+    String explicitPython = clientPython(properties);
     String python;
     Path runtime;
     try {
-      python = findPython();
+      checkShaded(ownJar());
+      python = findPython(explicitPython);
       runtime = materializeRuntime();
     } catch (UsageException e) {
       System.err.println("tony-py: error: " + e.getMessage());
@@ -138,10 +148,44 @@ public final class Submit {
     return new ArrayList<>(argv.subList(i, argv.size()));
   }
 
-  /** An explicit setting, then Dataproc's conda interpreter, then python3 on PATH; 3.11 or newer. */
-  static String findPython() throws UsageException {
+  /**
+   * -Dtony.client.python=…: `hadoop jar X.jar -D…` passes it among the arguments, not as a system
+   * property (taken out of them: it is not a --conf key); else the system property or
+   * TONY_CLIENT_PYTHON.
+   */
+  static String clientPython(List<String> properties) {
+    String value = takeProperty(properties, CLIENT_PYTHON);
+    return value != null ? value : System.getProperty(CLIENT_PYTHON, System.getenv("TONY_CLIENT_PYTHON"));
+  }
+
+  /** Removes key=value from properties and returns the value (the last, if repeated); null if absent. */
+  static String takeProperty(List<String> properties, String key) {
+    String value = null;
+    for (java.util.Iterator<String> it = properties.iterator(); it.hasNext();) {
+      String property = it.next();
+      if (property.startsWith(key + "=")) {
+        value = property.substring(key.length() + 1);
+        it.remove();
+      }
+    }
+    return value;
+  }
+
+  /** The jar must be the shaded one: the client and the AM start py4j's GatewayServer from it. */
+  static void checkShaded(String jar) throws UsageException {
+    if (jar.isEmpty() || holdsEntry(new File(jar), SHADED_MARKER)) {
+      return;
+    }
+    throw new UsageException(jar + " is not the complete tony-py jar: it has no py4j (Maven's original-*.jar is "
+        + "the copy before shading); use tony-py-<version>.jar from the same target/ directory");
+  }
+
+  /**
+   * An explicit setting (-Dtony.client.python, TONY_CLIENT_PYTHON), then Dataproc's conda
+   * interpreter, then python3 on PATH; 3.11 or newer.
+   */
+  static String findPython(String explicit) throws UsageException {
     List<String> candidates = new ArrayList<>();
-    String explicit = System.getProperty("tony.client.python", System.getenv("TONY_CLIENT_PYTHON"));
     if (explicit != null && !explicit.isEmpty()) {
       candidates.add(explicit);
     } else {
@@ -192,7 +236,9 @@ public final class Submit {
   /**
    * The bundled Python runtime, unpacked once per content hash into the user's cache
    * (~/.cache/tony-py/runtime-<hash>): a second driver start reuses it. Unpacked into a
-   * temporary directory first and renamed, so a half-written copy is never used.
+   * temporary directory first and renamed, so a half-written copy is never used. The driver
+   * runs what it finds there, so neither the cache (TONY_PY_CACHE may be a shared path) nor
+   * the runtime may belong to, or be writable by, another user.
    */
   static Path materializeRuntime() throws UsageException {
     String hash;
@@ -207,40 +253,82 @@ public final class Submit {
     String base = System.getenv("TONY_PY_CACHE");
     Path cache = base != null ? Paths.get(base) : Paths.get(System.getProperty("user.home"), ".cache", "tony-py");
     Path target = cache.resolve("runtime-" + hash.substring(0, 20));
-    if (Files.isDirectory(target)) {
-      return target;
-    }
     try {
-      Files.createDirectories(cache);
-      Path tmp = Files.createTempDirectory(cache, ".runtime-");
-      try (ZipInputStream zip = new ZipInputStream(Submit.class.getResourceAsStream(RUNTIME))) {
-        ZipEntry entry;
-        while ((entry = zip.getNextEntry()) != null) {
-          Path out = tmp.resolve(entry.getName()).normalize();
-          if (!out.startsWith(tmp)) {
-            throw new IOException("bad entry " + entry.getName());
-          }
-          if (entry.isDirectory()) {
-            Files.createDirectories(out);
-          } else {
-            Files.createDirectories(out.getParent());
-            Files.copy(zip, out, StandardCopyOption.REPLACE_EXISTING);
-          }
-        }
+      privateCache(cache);
+      if (!Files.exists(target, LinkOption.NOFOLLOW_LINKS)) {
+        unpackRuntime(cache, target);
       }
-      try {
-        Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE);
-      } catch (FileAlreadyExistsException | AtomicMoveNotSupportedException e) {
-        deleteTree(tmp); // another driver unpacked the same runtime meanwhile
-      } catch (IOException e) {
-        if (!Files.isDirectory(target)) {
-          throw e;
-        }
-        deleteTree(tmp);
+      if (!Files.isDirectory(target, LinkOption.NOFOLLOW_LINKS)) {
+        throw new UsageException("the unpacked runtime " + target + " is not a directory (a link?): remove it");
       }
+      checkOwn(target, "the unpacked runtime", LinkOption.NOFOLLOW_LINKS);
       return target;
     } catch (IOException e) {
       throw new UsageException("cannot unpack the bundled Python runtime into " + cache + ": " + e.getMessage());
+    }
+  }
+
+  static void unpackRuntime(Path cache, Path target) throws IOException {
+    Path tmp = Files.createTempDirectory(cache, ".runtime-"); // 0700
+    try (ZipInputStream zip = new ZipInputStream(Submit.class.getResourceAsStream(RUNTIME))) {
+      ZipEntry entry;
+      while ((entry = zip.getNextEntry()) != null) {
+        Path out = tmp.resolve(entry.getName()).normalize();
+        if (!out.startsWith(tmp)) {
+          throw new IOException("bad entry " + entry.getName());
+        }
+        if (entry.isDirectory()) {
+          Files.createDirectories(out);
+        } else {
+          Files.createDirectories(out.getParent());
+          Files.copy(zip, out, StandardCopyOption.REPLACE_EXISTING);
+        }
+      }
+    }
+    try {
+      Files.move(tmp, target, StandardCopyOption.ATOMIC_MOVE);
+    } catch (FileAlreadyExistsException | AtomicMoveNotSupportedException e) {
+      deleteTree(tmp); // another driver unpacked the same runtime meanwhile
+    } catch (IOException e) {
+      if (!Files.isDirectory(target)) {
+        throw e;
+      }
+      deleteTree(tmp);
+    }
+  }
+
+  /** The cache root: created 0700; one of this user's made 0700; refused if not private (checkOwn). */
+  static void privateCache(Path cache) throws IOException, UsageException {
+    Set<PosixFilePermission> ownerOnly = PosixFilePermissions.fromString("rwx------");
+    if (!Files.exists(cache)) {
+      if (cache.getParent() != null) {
+        Files.createDirectories(cache.getParent());
+      }
+      try {
+        Files.createDirectory(cache, PosixFilePermissions.asFileAttribute(ownerOnly));
+      } catch (FileAlreadyExistsException e) {
+        // made meanwhile (another driver): checked below like any existing one
+      }
+    }
+    checkOwn(cache, "TonY-py's cache"); // (a link to a directory of this user's is fine)
+    if (!Files.getPosixFilePermissions(cache).equals(ownerOnly)) {
+      Files.setPosixFilePermissions(cache, ownerOnly); // made under a umask of 022: readable by everyone
+    }
+  }
+
+  /** path belongs to this user and no one else may write to it. */
+  static void checkOwn(Path path, String what, LinkOption... options) throws IOException, UsageException {
+    UserPrincipal owner = Files.getOwner(path, options);
+    UserPrincipal me = path.getFileSystem().getUserPrincipalLookupService()
+        .lookupPrincipalByName(System.getProperty("user.name"));
+    if (!owner.equals(me)) {
+      throw new UsageException(what + " " + path + " belongs to another user (" + owner.getName()
+          + "): point TONY_PY_CACHE at a directory of your own");
+    }
+    Set<PosixFilePermission> perms = Files.getPosixFilePermissions(path, options);
+    if (perms.contains(PosixFilePermission.GROUP_WRITE) || perms.contains(PosixFilePermission.OTHERS_WRITE)) {
+      throw new UsageException(what + " " + path + " is writable by other users ("
+          + PosixFilePermissions.toString(perms) + "): check what is in it, or remove it");
     }
   }
 
@@ -283,8 +371,12 @@ public final class Submit {
   }
 
   static boolean holdsThisClass(File jar) {
+    return holdsEntry(jar, Submit.class.getName().replace('.', '/') + ".class");
+  }
+
+  static boolean holdsEntry(File jar, String name) {
     try (java.util.jar.JarFile jf = new java.util.jar.JarFile(jar)) {
-      return jf.getEntry(Submit.class.getName().replace('.', '/') + ".class") != null;
+      return jf.getEntry(name) != null;
     } catch (IOException e) {
       return false;
     }

@@ -1,0 +1,499 @@
+"""The servers against a hostile tenant: what one socket, or a few dozen, can make the AM's
+HTTP server and an executor's control endpoint do, and what another user of a shared gateway
+host can get from `tony portal`. Every test measures the harm (bytes the AM buffers, 503s,
+seconds blocked, status codes) on 127.0.0.1 only, with short limits, and stops by itself."""
+
+import asyncio
+import http.client
+import json
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from harness import Harness
+from tony_py.am import admission, dashboard, httpd, report
+from tony_py.am import server as server_module
+from tony_py.am.server import AmHttpServer
+from tony_py.auth import Signer, UnsignedAnswer, Verifier, call_json
+from tony_py.client.portal import Portal, make_server
+from tony_py.executor import control as control_module
+from tony_py.executor.control import ControlServer
+
+SECRET = "a1" * 32
+
+
+def start_am(tmp_path, max_connections=66):
+    """An AM server of a one-task job (2 per task + 64 connections, as the AM sizes it)."""
+    h = Harness(tmp_path, "tony.worker.instances=1")
+    cid = h.allocate("worker")
+    h.c.on_started(cid)
+    calls = []
+
+    def status(trusted):
+        calls.append(trusted)
+        data = h.c.status(lambda t: "http://nm/logs")
+        return data if trusted else report.public_view(data)
+
+    srv = AmHttpServer(("127.0.0.1", 0), h.c, Verifier(SECRET), status, max_connections=max_connections)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv.calls, srv.url, srv.signer = calls, f"http://127.0.0.1:{srv.port}", Signer(SECRET, cid)
+    return srv
+
+
+@pytest.fixture
+def am(tmp_path):
+    srv = start_am(tmp_path)
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+def on_loop(srv, fn):
+    """fn() run on the server's event loop (its connections are the loop's to read)."""
+    async def call():
+        return fn()
+    return asyncio.run_coroutine_threadsafe(call(), srv.http.loop).result(5)
+
+
+def buffered(srv) -> int:
+    """Bytes the AM holds for clients that have not read them (lingering connections too)."""
+    return on_loop(srv, lambda: sum(c.transport.get_write_buffer_size() for c in srv.http.connections
+                                    if c.transport is not None))
+
+
+def signed_request(signer, method, target, body=b"") -> bytes:
+    headers, _ = signer.sign(method, target, body)
+    head = f"{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+    return (head + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode() + body
+
+
+def signed_codes(am, n: int) -> list[int]:
+    """The statuses of n signed status requests, each on a new connection (503s included)."""
+    codes = []
+    for _ in range(n):
+        try:
+            codes.append(call_json(am.signer, am.url, "GET", "/status.json", None, 5)[0])
+        except UnsignedAnswer as exc:
+            codes.append(exc.status)
+    return codes
+
+
+def connect(port, source="127.0.0.1", timeout=2.0) -> socket.socket:
+    """A connection from `source` (any 127.x.y.z: a peer address of its own)."""
+    return socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0))
+
+
+def ended(s) -> bool:
+    """The server answered 503 on s or closed it."""
+    s.settimeout(0.01)
+    try:
+        data = s.recv(100)
+    except socket.timeout:
+        return False
+    except ConnectionResetError:
+        return True
+    return data == b"" or data.startswith(b"HTTP/1.1 503")
+
+
+def pipeline_without_reading(port, requests, seconds=2.0) -> tuple[socket.socket, int]:
+    """Send requests back to back on one socket that reads nothing; stop when the server
+    stops taking them (or after `seconds`). Returns the socket and how many went out."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the kernel holds little for us
+    s.connect(("127.0.0.1", port))
+    s.settimeout(0.2)
+    sent, until = 0, time.monotonic() + seconds
+    for request in requests:
+        if time.monotonic() > until:
+            break
+        try:
+            s.sendall(request)
+        except (socket.timeout, OSError):
+            break
+        sent += 1
+    return s, sent
+
+
+def read_answers(s, timeout=3.0, expect: int | None = None) -> list[bytes]:
+    """Status lines of the answers on s until the server closes it, goes quiet for `timeout`
+    or has sent `expect` of them."""
+    s.settimeout(timeout)
+    data, found = b"", []
+    try:
+        while expect is None or len(found) < expect:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+            found = re.findall(rb"HTTP/1\.1 \d{3} [A-Za-z ]*", data)  # (a body does not end its line)
+    except (socket.timeout, ConnectionResetError):
+        pass
+    return found
+
+
+# ---- pipelined requests (issue 18, item 1) -------------------------------------------------------
+def test_unsigned_pipelining_gets_one_answer_and_the_am_buffers_at_most_that(am):
+    """3,000 pipelined GET / from a socket that never reads grew the AM's write buffer to
+    ~20 MB (measured before the fix): now the first one is answered and the connection closes."""
+    s, sent = pipeline_without_reading(am.port, [b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"] * 3000)
+    try:
+        time.sleep(0.3)
+        assert buffered(am) < 128 << 10, (sent, buffered(am))
+        assert len(read_answers(s)) == 1
+    finally:
+        s.close()
+
+
+def test_signed_pipelining_is_paused_while_the_client_does_not_read(am):
+    """Back-pressure: above the high-water mark the AM stops parsing (and reading), and goes on
+    once the client reads; every request is answered in order."""
+    requests = [signed_request(am.signer, "GET", "/") for _ in range(150)]
+    s, sent = pipeline_without_reading(am.port, requests)
+    try:
+        time.sleep(0.5)
+        held = buffered(am)
+        assert held < 256 << 10, held  # without back-pressure: ~30 KB per page, all of them
+        answers = read_answers(s, timeout=2.0, expect=sent)
+        assert len(answers) == sent and all(a.startswith(b"HTTP/1.1 200") for a in answers)
+    finally:
+        s.close()
+
+
+def test_the_public_page_is_built_at_most_about_once_a_second(am):
+    started = time.monotonic()
+    for _ in range(20):
+        with connect(am.port) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_answers(s)[0].startswith(b"HTTP/1.1 200")
+    took = time.monotonic() - started  # (well under a second, unless the machine is very busy)
+    assert am.calls.count(False) <= 1 + took / server_module.PUBLIC_CACHE_S
+    status, answer = call_json(am.signer, am.url, "GET", "/status.json", None, 5)
+    assert status == 200 and "diagnostics" in answer  # signed: fresh and full, never the cached view
+
+
+def test_a_slow_reader_still_gets_a_large_unsigned_answer_whole(monkeypatch):
+    """Closing after an unsigned answer must not cut one the socket could not take at once."""
+    monkeypatch.setattr(httpd, "LINGER_S", 0.2)
+    big = {"pad": "x" * (3 << 20)}
+    srv = AmHttpServer(("127.0.0.1", 0), None, Verifier(SECRET), lambda trusted: big)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect(("127.0.0.1", srv.port))
+        with s:
+            s.sendall(b"GET /status.json HTTP/1.1\r\nHost: x\r\n\r\n")
+            time.sleep(0.5)  # longer than the linger after an answer
+            s.settimeout(5)
+            data = b""
+            while chunk := s.recv(1 << 20):
+                data += chunk
+        assert json.loads(data.split(b"\r\n\r\n", 1)[1]) == big
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+# ---- sockets held open (item 2) ------------------------------------------------------------------
+def test_unsigned_answers_close_so_idle_sockets_cannot_fill_the_cap(am):
+    """66 sockets that each sent one unsigned GET /status.json held the whole cap of a
+    one-task job for 120 s; signed heartbeats then got 503 (5 of 5, before the fix)."""
+    socks = []
+    try:
+        for i in range(66):
+            s = connect(am.port, source=f"127.0.0.{2 + i % 8}")
+            s.sendall(b"GET /status.json HTTP/1.1\r\nHost: x\r\n\r\n")
+            socks.append(s)
+        answers = [read_answers(s, timeout=2.0) for s in socks]  # each: one answer, then EOF
+        assert all(len(a) == 1 for a in answers)
+        assert sum(a == [b"HTTP/1.1 200 OK"] for a in answers) >= 40  # the rest: 503, the per-address limit
+        assert signed_codes(am, 5) == [200] * 5
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_silent_sockets_cannot_lock_out_a_signed_newcomer(am, monkeypatch):
+    """Silent sockets from many addresses fill what unproven connections may hold (renewing
+    them every 5 s would hold it for good): a signed request still gets in, the oldest silent
+    socket giving way; and one address holds no more than its share."""
+    monkeypatch.setattr(admission, "GRACE_S", 0.1)
+    socks = []
+    try:
+        socks += [connect(am.port, source=f"127.0.0.{2 + i % 8}") for i in range(80)]  # more than the cap
+        time.sleep(0.2)
+        assert signed_codes(am, 5) == [200] * 5
+        slots = am.http.admission
+        assert on_loop(am, lambda: len(slots.unproven)) <= am.http.max_connections - slots.reserved
+        one = [connect(am.port, source="127.0.0.20") for _ in range(40)]
+        socks += one
+        time.sleep(0.2)
+        assert on_loop(am, lambda: len(slots.by_peer.get("127.0.0.20", ()))) <= slots.per_peer
+        assert sum(ended(s) for s in one) >= 40 - slots.per_peer  # refused (503), or displaced
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_a_proven_connection_is_never_displaced(am, monkeypatch):
+    monkeypatch.setattr(admission, "GRACE_S", 0.0)
+    with connect(am.port) as executor:
+        executor.sendall(signed_request(am.signer, "GET", "/status.json"))
+        assert read_answers(executor, expect=1) == [b"HTTP/1.1 200 OK"]
+        flood = [connect(am.port, source=f"127.0.0.{2 + i % 8}") for i in range(100)]
+        try:
+            executor.sendall(signed_request(am.signer, "GET", "/status.json"))  # the same socket
+            assert read_answers(executor, expect=1) == [b"HTTP/1.1 200 OK"]
+        finally:
+            for s in flood:
+                s.close()
+
+
+class Conn:
+    """A connection as admission sees it."""
+
+    def __init__(self, peer, opened=0.0):
+        self.peer, self.opened, self.busy, self.closing, self.displaced = peer, opened, False, False, False
+
+    def displaceable(self, now, grace_s):
+        return self.closing or (not self.busy and now - self.opened >= grace_s)
+
+    def displace(self):
+        self.displaced = True
+
+
+def test_admission_shares_per_address_limit_and_the_ams_own_address():
+    slots = admission.Admission(64, own_address="10.0.0.1")  # 16 reserved, 24 per address
+    stranger = [Conn("10.0.0.9") for _ in range(25)]
+    assert [slots.admit(c, now=0.1) for c in stranger] == [True] * 24 + [False]  # all young: none gives way
+    stranger.append(Conn("10.0.0.9"))
+    assert slots.admit(stranger[-1], now=5.0) and stranger[0].displaced  # the oldest silent one does
+    local = [Conn("10.0.0.1", opened=5.0) for _ in range(24)]  # the AM's node: no per-address limit
+    assert all(slots.admit(c, now=5.0) for c in local)
+    for c in stranger:
+        c.busy = True  # being answered: not displaced
+    assert not slots.admit(Conn("10.0.0.2"), now=5.0)  # 48 unproven: their share is full
+    for c in local:
+        slots.prove(c)  # signed: they keep their slots, reserved ones included
+    assert slots.admit(Conn("10.0.0.2"), now=5.0)
+    assert not any(c.displaced for c in local)
+
+
+# ---- parse errors before authentication (item 4) -------------------------------------------------
+@pytest.mark.parametrize("length", ["\u00b2", "1\u00b9", "9" * 5000, "+5", "0x10", ""])
+def test_odd_content_lengths_are_a_clean_400(am, length):
+    """A header is latin-1: the byte 0xB2 is '²', which str.isdigit() accepts and int() does not."""
+    with connect(am.port) as s:
+        s.sendall(f"POST /v1/register HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode("latin-1"))
+        assert read_answers(s)[:1] == [b"HTTP/1.1 400 Bad Request"]
+
+
+def test_thousands_of_pipelined_requests_do_not_recurse(am):
+    """2,000 pipelined 404s went three stack frames deeper each: RecursionError, connection gone.
+    Signed ones (refused as bad requests) keep the connection: every one is answered."""
+    requests = b"".join(signed_request(am.signer, "POST", "/v1/heartbeat", b"{}") for _ in range(2000))
+    with connect(am.port, timeout=5) as s:
+        threading.Thread(target=s.sendall, args=(requests,), daemon=True).start()
+        s.settimeout(5)
+        data, count = b"", 0
+        while count < 2000:
+            chunk = s.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+            count = data.count(b"HTTP/1.1 400")
+        assert count == 2000
+
+
+def test_a_deeply_nested_signed_body_is_a_400(am):
+    body = b"[" * 100_000 + b"]" * 100_000
+    with connect(am.port) as s:
+        s.sendall(signed_request(am.signer, "POST", "/v1/heartbeat", body))
+        assert read_answers(s, expect=1) == [b"HTTP/1.1 400 Bad Request"]
+
+
+# ---- the executor's control endpoint (item 3) ----------------------------------------------------
+@pytest.fixture
+def control(monkeypatch):
+    monkeypatch.setattr(control_module, "REQUEST_S", 0.5, raising=False)
+    channel = SimpleNamespace(base_url="http://old-am:1")
+    ctl = ControlServer("127.0.0.1", Verifier(SECRET), channel)
+    ctl.channel, ctl.url = channel, f"http://127.0.0.1:{ctl.port}"
+    yield ctl
+    ctl.httpd.shutdown()
+    ctl.httpd.server_close()
+
+
+def trickle(socks, every_s, for_s):
+    """A byte every every_s on each socket, for for_s: a request that never ends."""
+    def run():
+        for s in socks:
+            s.sendall(b"POST /v1/am HTTP/1.1\r\n")
+        until = time.monotonic() + for_s
+        while time.monotonic() < until:
+            time.sleep(every_s)
+            for s in socks:
+                try:
+                    s.sendall(b"X")
+                except OSError:
+                    pass
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_trickling_sockets_cannot_keep_the_new_am_out(control):
+    """8 sockets sending a byte every 3 s blocked every AM fail-over notification for as long
+    as they went on (a 5 s timeout per read, 8 slots)."""
+    signer = Signer(SECRET, "appattempt_2")
+    socks = [connect(control.port) for _ in range(12)]
+    trickler = trickle(socks, every_s=0.1, for_s=1.0)
+    try:
+        time.sleep(0.2)
+        started, status = time.monotonic(), None
+        while status != 200 and time.monotonic() - started < 1.0:  # the AM sends it once; here: until it gets in
+            try:
+                status, _ = call_json(signer, control.url, "POST", "/v1/am", {"url": "http://new-am:2"}, timeout=1)
+            except OSError:
+                time.sleep(0.05)
+        blocked = time.monotonic() - started
+        assert status == 200 and blocked < 0.9, blocked  # the AM's notification got in
+        assert control.channel.base_url == "http://new-am:2"
+        # and the trickling ones end at the request deadline (0.5 s here) although they go on sending
+        time.sleep(0.5)
+        for s in socks:
+            s.settimeout(0.5)
+            try:
+                assert s.recv(100) == b""
+            except ConnectionResetError:
+                pass
+    finally:
+        trickler.join()
+        for s in socks:
+            s.close()
+
+
+def test_control_answers_one_request_per_connection_and_refuses_odd_bodies(control):
+    signer = Signer(SECRET, "appattempt_2")
+    with connect(control.port) as s:  # a 401 closes the connection: nothing more is read
+        s.sendall(b"POST /v1/am HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}" * 3)
+        assert read_answers(s) == [b"HTTP/1.1 401 Unauthorized"]
+    for length in ("\u00b2", "9" * 5000):
+        with connect(control.port) as s:
+            s.sendall(f"POST /v1/am HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode("latin-1"))
+            assert read_answers(s) == [b"HTTP/1.1 400 Bad Request"]
+    with connect(control.port) as s:
+        s.sendall(signed_request(signer, "POST", "/v1/am", b"[" * 2000 + b"]" * 2000))
+        assert read_answers(s) == [b"HTTP/1.1 400 Bad Request"]
+
+
+# ---- the portal on a shared gateway host, the pages' links (item 8) ------------------------------
+class Store:
+    """The history the portal reads (HistoryStore's calls it makes)."""
+
+    finished_root = "hdfs:///tony-history/finished"
+
+    def __init__(self, jobs, config):
+        self.jobs, self.conf = jobs, config
+
+    def summaries(self):
+        return self.jobs
+
+    def purge(self, retention_s):
+        return []
+
+    def events(self, job):
+        return []
+
+    def config(self, job):
+        return self.conf
+
+
+@pytest.fixture
+def portal():
+    tasks = [{"name": "worker:0", "state": "FAILED", "log_url": "javascript:alert(2)//"},
+             {"name": "worker:1", "state": "SUCCEEDED", "log_url": "http://nm:8042/node/containerlogs/c2/alice"}]
+    jobs = [{"app_id": "application_1_0001", "name": "j", "user": "alice", "final_status": "FAILED",
+             "am_log_url": "javascript:alert(1)", "tasks": tasks}]
+    config = {"tony.execution.envs": "API_KEY=s3cr3t,B=2", "tony.containers.envs": "X=hunter2",
+              "tony.worker.instances": "2"}
+    server = make_server(Portal(Store(jobs, config)), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def portal_get(server, path, host=None) -> tuple[int, dict, str]:
+    port = server.server_address[1]
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", path, headers={"Host": host or f"127.0.0.1:{port}"})
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read().decode()
+    finally:
+        conn.close()
+
+
+def test_the_portal_answers_only_the_url_it_printed(portal):
+    """127.0.0.1 on a shared gateway is every user's: without the token nothing is served, and
+    a request for another Host name (DNS rebinding) neither."""
+    assert portal_get(portal, "/")[0] == 403
+    assert portal_get(portal, "/jobs/application_1_0001/config")[0] == 403
+    token = portal.token
+    assert portal_get(portal, "/" + "x" * len(token) + "/")[0] == 403
+    status, headers, page = portal_get(portal, f"/{token}/")
+    assert status == 200 and "application_1_0001" in page and headers["Referrer-Policy"] == "no-referrer"
+    status, headers, _ = portal_get(portal, f"/{token}")
+    assert status == 301 and headers["Location"] == f"/{token}/"
+    assert portal_get(portal, f"/{token}/", host=f"rebound.example:{portal.server_address[1]}")[0] == 403
+
+
+def test_the_portal_masks_env_values_and_links_only_to_http(portal):
+    prefix = f"/{getattr(portal, 'token', '')}"  # (none before the portal had one)
+    _, _, config = portal_get(portal, f"{prefix}/jobs/application_1_0001/config")
+    assert "API_KEY=***,B=***" in config and "X=***" in config and "tony.worker.instances" in config
+    assert "s3cr3t" not in config and "hunter2" not in config
+    _, _, job = portal_get(portal, f"{prefix}/jobs/application_1_0001")
+    assert "javascript:" not in job and "href='http://nm:8042/node/containerlogs/c2/alice/attempt-0.stdout" in job
+
+
+def test_the_dashboards_embedded_status_cannot_end_its_script():
+    status = {"app_id": "application_1_0001", "state": "RUNNING",
+              "tasks": [{"name": "worker:0", "stderr_tail": "</script><script>alert(1)</script><!--"}]}
+    page = dashboard.render(status).decode()
+    data = page.split("<script type='application/json' id='data'>", 1)[1].split("</script>", 1)[0]
+    assert "<" not in data and json.loads(data) == status
+
+
+@pytest.mark.skipif(not shutil.which("node"), reason="needs node to run the page's script")
+def test_the_dashboards_links_are_http_only():
+    safe_href = re.search(r"function safeHref\(href\) \{.*?\n\}", dashboard.SCRIPT, re.S).group(0)
+    cases = ["javascript:alert(1)", " JaVaScRiPt:alert(1)", "data:text/html,<b>x</b>", "vbscript:x",
+             "http://nm:8042/logs", "https://tb:6006/", "status.json"]
+    script = (f"globalThis.document = {{baseURI: 'http://rm:8088/proxy/application_1_0001/'}};\n{safe_href}\n"
+              f"console.log(JSON.stringify({json.dumps(cases)}.map(safeHref)));")
+    out = subprocess.run(["node", "-e", script], capture_output=True, text=True, timeout=30, check=True).stdout
+    assert json.loads(out) == [None, None, None, None, "http://nm:8042/logs", "https://tb:6006/", "status.json"]
+
+
+def test_a_displaced_request_leaves_no_traceback_in_the_executor_log(control, capfd):
+    """What a stranger's socket makes happen is not worth a traceback in executor.log."""
+    socks = [connect(control.port) for _ in range(control_module.MAX_CONNECTIONS - 1)]
+    try:
+        half = connect(control.port)  # the slot kept for a signed request: it gives way
+        socks.append(half)
+        half.sendall(b"POST /v1/am HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        time.sleep(0.1)
+        socks.append(connect(control.port))
+        time.sleep(0.3)
+    finally:
+        for s in socks:
+            s.close()
+    assert "Traceback" not in capfd.readouterr().err
