@@ -1,4 +1,4 @@
-"""The curves behind the README's performance section, drawn from the benches' JSON (PNG).
+"""The curves behind docs/performance.md, drawn from the benches' JSON (PNG).
 
   startup_vs_workers.png   bench/startup.py: TonY-py's and distributed shell's time to all
                            processes running, by worker count

@@ -157,7 +157,7 @@ class Connection:
                    timeout: float = 60.0) -> tuple[int, bytes]:
         """One signed request; the answer's signature is checked as the real executor checks it."""
         body = json.dumps(payload).encode() if payload is not None else b""
-        headers, nonce = signer.sign(method, target, body)
+        headers, nonce = signer.sign(method, target, body, f"{HOST}:{self.port}")
         head = [f"{method} {target} HTTP/1.1", f"Host: {HOST}:{self.port}", f"Content-Length: {len(body)}",
                 *(f"{k}: {v}" for k, v in headers.items())]
         if payload is not None:

@@ -5,14 +5,19 @@ never carries it: each request carries an HMAC-SHA256 of what it says, and each 
 bound to that request, so
 
 - the AM obeys only requests made with the secret, each at most once (a per-sender sequence
-  number that only grows: a captured request cannot be replayed);
+  number that only grows: a captured request cannot be replayed), and only requests made for it:
+  the signature covers the receiver (the host:port the request was sent to), so a request
+  captured on its way to one executor's control endpoint, or to one AM attempt, means nothing
+  to another; the sequence number is the sender's clock in ns, and one more than
+  SEQ_WINDOW_S from the receiver's is refused (a captured request expires; a sender whose clock
+  runs an hour ahead cannot lock a principal out by raising its last number);
 - an executor obeys only answers made with the secret for the request it just sent: a process
   that takes over a dead AM's port learns nothing (no bearer token to steal) and cannot inject
   an environment or an instruction.
 
 Wire format, request header:
     X-Tony-Auth: TONY-HMAC-SHA256 principal=<sender id>,seq=<n>,sig=<hex>
-    sig = HMAC(secret, "req" | METHOD | target (path?query) | principal | seq | sha256(body))
+    sig = HMAC(secret, "req" | METHOD | target (path?query) | receiver (host:port) | principal | seq | sha256(body))
 and answer header:
     X-Tony-Signature: <hex>,  HMAC(secret, "resp" | principal | seq | status | sha256(body))
 
@@ -35,11 +40,23 @@ SCHEME = "TONY-HMAC-SHA256"
 REQUEST_HEADER = "X-Tony-Auth"
 RESPONSE_HEADER = "X-Tony-Signature"
 _HEADER = re.compile(rf"^{SCHEME} principal=([A-Za-z0-9_.:@-]{{1,200}}),seq=(\d{{1,25}}),sig=([0-9a-f]{{64}})$")
+_SIGNATURE = re.compile(r"^[0-9a-f]{64}$")
+MAX_ANSWER = 16 << 20  # read no more of an answer than this before its signature is checked
 MAX_PRINCIPALS = 50_000  # senders remembered for replay checks (oldest forgotten first)
+SEQ_WINDOW_S = 300.0  # how far a request's time may be from the receiver's (Kerberos allows as much)
 
 
 class AuthError(Exception):
     """A request or answer without a valid signature, or a replayed one."""
+
+
+class SkewError(AuthError):
+    """A request signed with the secret, for this receiver, whose time is too far from the
+    receiver's clock: refused with a signed answer (its sender is ours and should say why)."""
+
+    def __init__(self, message: str, nonce: tuple[str, int]):
+        super().__init__(message)
+        self.nonce = nonce
 
 
 class UnsignedAnswer(AuthError):
@@ -49,6 +66,14 @@ class UnsignedAnswer(AuthError):
     def __init__(self, status: int):
         super().__init__(f"the answer (HTTP {status}) is not signed with this application's secret")
         self.status = status
+
+
+def client_principal() -> str:
+    """A name of its own for each client process: the AM keeps the last sequence number per
+    name, and clients on machines whose clocks differ must not share one."""
+    import secrets
+
+    return f"client-{secrets.token_hex(8)}"
 
 
 class _Mac:
@@ -79,25 +104,31 @@ class Signer:
     def __repr__(self) -> str:  # never the secret
         return f"Signer({self.principal!r})"
 
-    def sign(self, method: str, target: str, body: bytes = b"") -> tuple[dict[str, str], tuple[str, int]]:
-        """Headers for one request, and the nonce its answer must be signed for."""
+    def sign(self, method: str, target: str, body: bytes = b"", receiver: str = "") -> tuple[dict[str, str], tuple[str, int]]:
+        """Headers for one request to `receiver` (host:port), and the nonce its answer must be
+        signed for."""
         with self._lock:
             seq = self._last = max(time.time_ns(), self._last + 1)
-        sig = self._mac("req", method.upper(), target, self.principal, str(seq), _digest(body))
+        sig = self._mac("req", method.upper(), target, receiver, self.principal, str(seq), _digest(body))
         header = f"{SCHEME} principal={self.principal},seq={seq},sig={sig}"
         return {REQUEST_HEADER: header}, (self.principal, seq)
 
     def check_answer(self, nonce: tuple[str, int], status: int, body: bytes, signature: str | None) -> None:
         expected = self._mac("resp", nonce[0], str(nonce[1]), str(status), _digest(body))
-        if not signature or not hmac.compare_digest(expected, signature):
+        # the form first: compare_digest raises on non-ASCII text, which anyone can send
+        if not signature or not _SIGNATURE.match(signature) or not hmac.compare_digest(expected, signature):
             raise AuthError("the answer is not signed with this application's secret")
 
 
 class Verifier:
     """The receiving side: checks requests (signature, then freshness), signs the answers."""
 
-    def __init__(self, secret: str):
+    def __init__(self, secret: str, receiver: str = "", window_s: float = SEQ_WINDOW_S,
+                 clock: Callable[[], float] = time.time):
         self._mac = _Mac(secret)
+        self.receiver = receiver  # this server's host:port, as its senders address it
+        self.window_s = window_s
+        self.clock = clock
         self._last: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -105,15 +136,20 @@ class Verifier:
         return "Verifier(...)"
 
     def check(self, method: str, target: str, body: bytes, header: str | None) -> tuple[str, int]:
-        """The request's nonce (principal, seq) if it is signed with the secret and newer than
-        anything this principal sent before; AuthError otherwise (and nothing is recorded)."""
+        """The request's nonce (principal, seq) if it is signed with the secret for this receiver,
+        within the time window and newer than anything this principal sent before; AuthError
+        otherwise (and nothing is recorded)."""
         m = _HEADER.match(header or "")
         if not m:
             raise AuthError("missing or malformed X-Tony-Auth header")
         principal, seq, sig = m.group(1), int(m.group(2)), m.group(3)
-        expected = self._mac("req", method.upper(), target, principal, str(seq), _digest(body))
+        expected = self._mac("req", method.upper(), target, self.receiver, principal, str(seq), _digest(body))
         if not hmac.compare_digest(expected, sig):
-            raise AuthError("bad signature")
+            raise AuthError("bad signature (or a request meant for another receiver)")
+        off = seq / 1e9 - self.clock()
+        if abs(off) > self.window_s:
+            raise SkewError(f"the request's clock is {off:+.0f} s from this server's (at most {self.window_s:.0f} s "
+                            "either way: are the machines' clocks synchronised?)", (principal, seq))
         with self._lock:
             if seq <= self._last.get(principal, 0):
                 raise AuthError("replayed request")
@@ -157,11 +193,12 @@ class KeepAlive:
             self._conn = None
 
     def exchange(self, origin: tuple[str, int], method: str, target: str, body: bytes,
-                 make_headers: Callable[[], dict[str, str]], timeout: float) -> tuple[int, bytes, str | None]:
+                 make_headers: Callable[[], dict[str, str]], timeout: float,
+                 max_bytes: int = MAX_ANSWER) -> tuple[int, bytes, str | None]:
         import http.client
 
         if not self._lock.acquire(blocking=False):
-            return _one_off(origin, method, target, body, make_headers(), timeout)
+            return _one_off(origin, method, target, body, make_headers(), timeout, max_bytes)
         try:
             if self._origin != origin:
                 self.close()
@@ -176,7 +213,7 @@ class KeepAlive:
                     self._conn.request(method, target, body=body if method == "POST" else None,
                                        headers=make_headers())
                     resp = self._conn.getresponse()
-                    raw = resp.read()
+                    raw = _read(resp, max_bytes)
                     if resp.will_close:
                         self.close()
                     return resp.status, raw, resp.getheader(RESPONSE_HEADER)
@@ -193,16 +230,28 @@ class KeepAlive:
             self._lock.release()
 
 
-def _one_off(origin, method, target, body, headers, timeout) -> tuple[int, bytes, str | None]:
+def _one_off(origin, method, target, body, headers, timeout, max_bytes=MAX_ANSWER) -> tuple[int, bytes, str | None]:
     import http.client
 
     conn = http.client.HTTPConnection(*origin, timeout=timeout)
     try:
         conn.request(method, target, body=body if method == "POST" else None, headers=headers)
         resp = conn.getresponse()
-        return resp.status, resp.read(), resp.getheader(RESPONSE_HEADER)
+        return resp.status, _read(resp, max_bytes), resp.getheader(RESPONSE_HEADER)
     finally:
         conn.close()
+
+
+def _read(resp, max_bytes: int) -> bytes:
+    """An answer's body, refused (OSError; the connection is then closed) past max_bytes: it is
+    read before its signature can be checked, so its size is the sender's to choose."""
+    declared = resp.getheader("Content-Length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise OSError(f"an answer of {declared} bytes, more than the {max_bytes} expected")
+    raw = resp.read(max_bytes + 1)
+    if len(raw) > max_bytes:
+        raise OSError(f"an answer of more than the {max_bytes} bytes expected")
+    return raw
 
 
 def _origin(base_url: str) -> tuple[str, int]:
@@ -215,7 +264,7 @@ def _origin(base_url: str) -> tuple[str, int]:
 
 
 def call_signed(signer: Signer, base_url: str, method: str, target: str, payload: dict | None,
-                timeout: float, keep_alive: KeepAlive | None = None) -> tuple[int, bytes]:
+                timeout: float, keep_alive: KeepAlive | None = None, max_bytes: int = MAX_ANSWER) -> tuple[int, bytes]:
     """One signed request; returns (status, the answer's body). An answer that is not signed for
     this request raises UnsignedAnswer (never trusted, whatever it says); connection errors
     propagate."""
@@ -226,20 +275,22 @@ def call_signed(signer: Signer, base_url: str, method: str, target: str, payload
     nonce: list[tuple[str, int]] = []
 
     def make_headers() -> dict[str, str]:  # signed afresh for each try: a sequence number is used once
-        headers, n = signer.sign(method, target, body)
+        headers, n = signer.sign(method, full_target, body, receiver)
         nonce[:] = [n]
         if method == "POST":
             headers["Content-Type"] = "application/json"
         return headers
 
     origin = _origin(base_url)
+    receiver = f"{origin[0]}:{origin[1]}"
     prefix = base_url.split("://", 1)[1].partition("/")[2].rstrip("/")
     full_target = (f"/{prefix}" if prefix else "") + target
     try:
         if keep_alive is not None:
-            status, raw, signature = keep_alive.exchange(origin, method, full_target, body, make_headers, timeout)
+            status, raw, signature = keep_alive.exchange(origin, method, full_target, body, make_headers, timeout,
+                                                         max_bytes)
         else:
-            status, raw, signature = _one_off(origin, method, full_target, body, make_headers(), timeout)
+            status, raw, signature = _one_off(origin, method, full_target, body, make_headers(), timeout, max_bytes)
     except http.client.HTTPException as exc:
         raise OSError(f"garbled answer: {exc}") from None
     try:

@@ -11,6 +11,17 @@ Every task container has `tony_py` on its PYTHONPATH, so user code can do:
             report_progress()    # proves the task is alive (tony.task.progress-timeout-ms)
 
 Without Python: `touch "$TONY_PROGRESS_FILE"` reports progress as well.
+
+A task that writes what a copy of itself must never overwrite (a checkpoint, a step counter in
+shared storage) can ask whether it still holds its lease just before it writes:
+
+    if holds_lease():            # False once this copy may have been replaced elsewhere
+        save_checkpoint()
+
+Its executor renews the lease while it reaches the AM; after tony.task.executor.lease-sec
+without contact it kills the task, and the AM starts no replacement before that. The check
+covers the instant in between, e.g. a node frozen and thawed after its lease ran out, whose
+processes all resume at once.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ import traceback
 
 ERROR_FILE_ENV = "TONY_ERROR_FILE"
 PROGRESS_FILE_ENV = "TONY_PROGRESS_FILE"
+LEASE_FILE_ENV = "TONY_LEASE_FILE"
 
 
 def write_error(exc: BaseException) -> None:
@@ -68,3 +80,17 @@ def report_progress() -> None:
         return
     with open(path, "a"):
         os.utime(path, None)
+
+
+def holds_lease() -> bool:
+    """Whether this copy of the task still holds its lease: its executor reached the AM within
+    the lease period (the file holds the lease's end on this node's monotonic clock). True
+    outside TonY-py; False when the lease file is gone or unreadable."""
+    path = os.environ.get(LEASE_FILE_ENV)
+    if not path:
+        return True
+    try:
+        with open(path) as f:
+            return time.monotonic() < float(f.read(64))
+    except (OSError, ValueError):
+        return False

@@ -52,7 +52,7 @@ def test_api_obeys_only_signed_fresh_requests_and_ctrl_c_kills_the_app(cluster, 
         assert status == 200 and src.startswith(b"PK")
         # a correctly signed request is refused the second time: it cannot be replayed
         raw = json.dumps({"task": "worker:0", "attempt": 0, "container": "x"}).encode()
-        headers, nonce = signer.sign("POST", "/v1/heartbeat", raw)
+        headers, nonce = signer.sign("POST", "/v1/heartbeat", raw, am.split("://", 1)[1].rstrip("/"))
         first = requests.post(f"{am}/v1/heartbeat", data=raw, headers=headers, timeout=5)
         assert first.status_code == 200 and first.json()["action"] == "exit"  # a stale container: told to go
         signer.check_answer(nonce, 200, first.content, first.headers["X-Tony-Signature"])  # signed for us

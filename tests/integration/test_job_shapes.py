@@ -39,7 +39,7 @@ def test_single_node_failure_reports_exit_code_and_stderr(tony, probe_args, clus
     assert run.rc == 1, run.output[-3000:]
     diagnostics = cluster.app(run.app_id)["diagnostics"]
     assert "Root cause: driver:0" in diagnostics and "exit code 7" in diagnostics
-    assert "probe driver:0 failing on purpose with exit code 7" in diagnostics
+    assert "probe driver:0 failing on purpose with exit code 7" in run.stdout  # its stderr, to its owner
 
 
 # ---- stages -----------------------------------------------------------------------------------------

@@ -501,10 +501,11 @@ def test_policy_timeouts_and_blacklist_are_pure_functions(tmp_path):
     assert policy.task_timeout(spec, task, 10.0)[0] == FailureKind.TIMEOUT  # no progress for 10 s
     task.last_progress = 9.5
     assert policy.task_timeout(spec, task, 10.0) is None
-    task.container, task.container_started = object(), True
-    assert policy.keep_on_restart(task)
+    task.container, task.container_started, task.last_contact = object(), True, 9.5
+    assert policy.keep_on_restart(spec, task, 10.0)
+    assert not policy.keep_on_restart(spec, task, 12.0)  # silent for two heartbeat intervals: likely hit too
     task.failure = Failure("worker:0", 0, FailureKind.LOST, "gone")
-    assert not policy.keep_on_restart(task)  # a container whose executor vanished is not reused
+    assert not policy.keep_on_restart(spec, task, 10.0)  # a container whose executor vanished is not reused
     assert not policy.counts_against_node(FailureKind.EXIT_CODE) and policy.counts_against_node(FailureKind.SIGNAL)
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from tony_py.am.server import MAX_BODY
 from tony_py.config.spec import FINAL_CONF_FILE as FINAL_CONF, SPEC_FILE
-from tony_py.executor.main import (MAX_ERROR_TEXT, MAX_TRACEBACK, Settings, UnpackError,
-                                   _describe_command, fetch_job_files, load_job, read_error_file, unpack_src,
-                                   user_env)
+from tony_py.executor.jobfiles import UnpackError, fetch_job_files, load_job, unpack_src
+from tony_py.executor.settings import Settings
+from tony_py.executor.taskenv import MAX_ERROR_TEXT, MAX_TRACEBACK, describe_command, read_error_file, user_env
 from tony_py.executor.process import tail
 
 
@@ -169,4 +169,4 @@ def test_shell_env_pythonpath_is_combined_with_the_runtime(tmp_path):
 def test_the_log_line_names_only_a_script_or_module(command, shown):
     """The started line is aggregated with the container's logs: a word of the command may be a
     credential (--token s3cr3t, env KEY=v), so only a .py/.sh base name or a -m module."""
-    assert _describe_command(command) == shown
+    assert describe_command(command) == shown

@@ -67,8 +67,8 @@ def buffered(srv) -> int:
                                     if c.transport is not None))
 
 
-def signed_request(signer, method, target, body=b"") -> bytes:
-    headers, _ = signer.sign(method, target, body)
+def signed_request(signer, method, target, body=b"", receiver="") -> bytes:
+    headers, _ = signer.sign(method, target, body, receiver)
     head = f"{method} {target} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
     return (head + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode() + body
 
@@ -153,7 +153,7 @@ def test_unsigned_pipelining_gets_one_answer_and_the_am_buffers_at_most_that(am)
 def test_signed_pipelining_is_paused_while_the_client_does_not_read(am):
     """Back-pressure: above the high-water mark the AM stops parsing (and reading), and goes on
     once the client reads; every request is answered in order."""
-    requests = [signed_request(am.signer, "GET", "/") for _ in range(150)]
+    requests = [signed_request(am.signer, "GET", "/", receiver=am.verifier.receiver) for _ in range(150)]
     s, sent = pipeline_without_reading(am.port, requests)
     try:
         time.sleep(0.5)
@@ -244,11 +244,12 @@ def test_silent_sockets_cannot_lock_out_a_signed_newcomer(am, monkeypatch):
 def test_a_proven_connection_is_never_displaced(am, monkeypatch):
     monkeypatch.setattr(admission, "GRACE_S", 0.0)
     with connect(am.port) as executor:
-        executor.sendall(signed_request(am.signer, "GET", "/status.json"))
+        executor.sendall(signed_request(am.signer, "GET", "/status.json", receiver=am.verifier.receiver))
         assert read_answers(executor, expect=1) == [b"HTTP/1.1 200 OK"]
         flood = [connect(am.port, source=f"127.0.0.{2 + i % 8}") for i in range(100)]
         try:
-            executor.sendall(signed_request(am.signer, "GET", "/status.json"))  # the same socket
+            # the same socket
+            executor.sendall(signed_request(am.signer, "GET", "/status.json", receiver=am.verifier.receiver))
             assert read_answers(executor, expect=1) == [b"HTTP/1.1 200 OK"]
         finally:
             for s in flood:
@@ -297,7 +298,8 @@ def test_odd_content_lengths_are_a_clean_400(am, length):
 def test_thousands_of_pipelined_requests_do_not_recurse(am):
     """2,000 pipelined 404s went three stack frames deeper each: RecursionError, connection gone.
     Signed ones (refused as bad requests) keep the connection: every one is answered."""
-    requests = b"".join(signed_request(am.signer, "POST", "/v1/heartbeat", b"{}") for _ in range(2000))
+    requests = b"".join(signed_request(am.signer, "POST", "/v1/heartbeat", b"{}", am.verifier.receiver)
+                        for _ in range(2000))
     with connect(am.port, timeout=5) as s:
         threading.Thread(target=s.sendall, args=(requests,), daemon=True).start()
         s.settimeout(5)
@@ -314,7 +316,7 @@ def test_thousands_of_pipelined_requests_do_not_recurse(am):
 def test_a_deeply_nested_signed_body_is_a_400(am):
     body = b"[" * 100_000 + b"]" * 100_000
     with connect(am.port) as s:
-        s.sendall(signed_request(am.signer, "POST", "/v1/heartbeat", body))
+        s.sendall(signed_request(am.signer, "POST", "/v1/heartbeat", body, am.verifier.receiver))
         assert read_answers(s, expect=1) == [b"HTTP/1.1 400 Bad Request"]
 
 
@@ -389,7 +391,7 @@ def test_control_answers_one_request_per_connection_and_refuses_odd_bodies(contr
             s.sendall(f"POST /v1/am HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n".encode("latin-1"))
             assert read_answers(s) == [b"HTTP/1.1 400 Bad Request"]
     with connect(control.port) as s:
-        s.sendall(signed_request(signer, "POST", "/v1/am", b"[" * 2000 + b"]" * 2000))
+        s.sendall(signed_request(signer, "POST", "/v1/am", b"[" * 2000 + b"]" * 2000, control.verifier.receiver))
         assert read_answers(s) == [b"HTTP/1.1 400 Bad Request"]
 
 
@@ -497,3 +499,132 @@ def test_a_displaced_request_leaves_no_traceback_in_the_executor_log(control, ca
         for s in socks:
             s.close()
     assert "Traceback" not in capfd.readouterr().err
+
+
+# ---- signed messages: bound to their receiver and their time, checked before they are believed -----------
+def test_a_request_signed_for_one_receiver_means_nothing_to_another(am, tmp_path):
+    """A notification captured on its way to one executor's control endpoint, or a heartbeat to
+    one AM attempt, replayed at another: refused there (the signature covers host:port)."""
+    other = start_am(tmp_path / "other")
+    try:
+        body = json.dumps({"task": "worker:0", "attempt": 0, "container": "x"}).encode()
+        captured = signed_request(am.signer, "POST", "/v1/heartbeat", body, am.verifier.receiver)
+        with connect(other.port) as s:
+            s.sendall(captured)
+            assert read_answers(s) == [b"HTTP/1.1 401 Unauthorized"]
+        with connect(am.port) as s:  # where it was meant to go, it is good
+            s.sendall(captured)
+            assert read_answers(s)[0] == b"HTTP/1.1 200 OK"
+    finally:
+        other.shutdown()
+        other.server_close()
+
+
+def test_a_clock_an_hour_ahead_is_refused_with_a_reason_and_locks_no_one_out(am):
+    ahead = Signer(SECRET, "client-shared")
+    ahead._last = time.time_ns() + 3600 * 10**9  # its sequence numbers: its clock, an hour fast
+    body = json.dumps({"task": "worker:0", "attempt": 0, "container": "x"}).encode()
+    headers, nonce = ahead.sign("POST", "/v1/heartbeat", body, am.verifier.receiver)
+    conn = http.client.HTTPConnection("127.0.0.1", am.port, timeout=5)
+    conn.request("POST", "/v1/heartbeat", body=body, headers=headers)
+    resp = conn.getresponse()
+    raw = resp.read()
+    assert resp.status == 401 and b"clock" in raw
+    ahead.check_answer(nonce, 401, raw, resp.getheader("X-Tony-Signature"))  # signed: ours, so it says why
+    # the principal is not poisoned: a sender with a right clock is served under the same name
+    assert call_json(Signer(SECRET, "client-shared"), am.url, "GET", "/status.json", None, 5)[0] == 200
+
+
+def test_an_old_captured_request_has_expired():
+    verifier = Verifier(SECRET, receiver="am:1", clock=lambda: time.time() + 301)
+    headers, _ = Signer(SECRET, "c1").sign("POST", "/v1/result", b"{}", "am:1")
+    with pytest.raises(Exception, match="clock"):
+        verifier.check("POST", "/v1/result", b"{}", headers["X-Tony-Auth"])
+
+
+def test_every_client_signs_under_a_name_of_its_own():
+    from tony_py.auth import client_principal
+
+    assert len({client_principal() for _ in range(100)}) == 100
+
+
+def test_an_answer_is_not_believed_before_its_signature_and_is_read_only_so_far(tmp_path):
+    """A stranger on the AM's port: a non-ASCII signature header (compare_digest would raise), an
+    unsigned 413 (an executor that obeyed it would kill its task), a 48 MB answer (read whole
+    before the check, it cost 48 MB)."""
+    import http.server
+
+    class Stranger(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            if self.path == "/v1/result":
+                self.send_response(413)
+                self.send_header("Content-Length", "2")
+                self.send_header("X-Tony-Signature", "é" * 64)
+                self.end_headers()
+                self.wfile.write(b"{}")
+            else:
+                self.send_response(200)
+                self.send_header("Content-Length", str(48 << 20))
+                self.end_headers()
+                try:
+                    self.wfile.write(b"x" * (48 << 20))
+                except OSError:
+                    pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stranger)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    from tony_py.executor.channel import AmChannel, AmUnreachable
+
+    try:
+        channel = AmChannel(f"http://127.0.0.1:{server.server_address[1]}", Signer(SECRET, "c1"), give_up_after_s=0.5)
+        with pytest.raises(AmUnreachable, match="413"):  # retried, never acted on, no TypeError
+            channel.post("/v1/result", {"exit_code": 1})
+        with pytest.raises(AmUnreachable, match="more than the"):  # refused by its size, unread
+            channel.post("/v1/heartbeat", {})
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+# ---- what other users can read -----------------------------------------------------------------------
+def test_yarn_gets_no_stderr_and_no_traceback_by_default(tmp_path):
+    """YARN's diagnostics are readable by every user of a cluster without ACLs: the verdict and
+    the root cause go there, the root cause's stderr tail and traceback only to the owner."""
+    h = Harness(tmp_path, "tony.worker.instances=1")
+    h.bring_up()
+    h.result("worker:0", code=3, stderr="Traceback...\nValueError: password=hunter2")
+    public, private = h.c.diagnostics(details=False), h.c.diagnostics()
+    assert "exit code 3" in public and "hunter2" not in public and "tony logs" in public
+    assert "hunter2" in private
+
+
+@pytest.mark.parametrize("cookie,acls,enforced,detail", [
+    (None, (), False, True),  # an RM that names nobody, on a cluster without ACLs: as YARN shows
+    (None, (), True, False),  # ... with ACLs enforced: states only
+    ("proxy-user=alice", (), True, True),  # the job's owner
+    ("proxy-user=mallory", (), True, False),
+    ("proxy-user=mallory", (), False, False),  # named, and not allowed
+    ("proxy-user=bob", ("bob",), True, True),  # tony.application.view-acls
+    ("proxy-user=mallory", ("*",), True, True),
+])
+def test_through_the_proxy_detail_goes_to_the_owner_and_the_view_acls(tmp_path, cookie, acls, enforced, detail):
+    h = Harness(tmp_path, "tony.worker.instances=1")
+    h.bring_up()
+    h.result("worker:0", code=3, stderr="secret stderr")
+    srv = AmHttpServer(("127.0.0.1", 0), h.c, Verifier(SECRET),
+                       lambda trusted: h.c.status() if trusted else report.public_view(h.c.status()),
+                       trusted_addresses=frozenset({"127.0.0.1"}),
+                       proxy_viewer=report.proxy_viewers("alice", acls, enforced))
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=5)  # from the proxy's address
+        conn.request("GET", "/status.json", headers={"Cookie": cookie} if cookie else {})
+        status = json.loads(conn.getresponse().read())
+        assert ("secret stderr" in json.dumps(status)) == detail
+    finally:
+        srv.shutdown()
+        srv.server_close()

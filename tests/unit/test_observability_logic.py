@@ -359,6 +359,51 @@ def test_history_writer_never_stops_a_job(tmp_path):
     assert w.failed and w.finish({}) is None
 
 
+def test_history_writer_rides_out_a_file_system_that_stops_taking_writes(tmp_path):
+    """The DataNode cut off for a while: the write fails, the events wait, and once writes work
+    again they land in a new part file; the job's history loses nothing."""
+    fs = FsDouble(tmp_path)
+    down = {"now": False}
+    real_open = fs.openAppendLog
+
+    def open_log(path):
+        if down["now"]:
+            raise OSError("no DataNode")
+        inner = real_open(path)
+
+        class Log:
+            def write(self, text):
+                if down["now"]:
+                    raise OSError("pipeline broken")
+                inner.write(text)
+
+            def close(self):
+                inner.close()
+        return Log()
+
+    fs.openAppendLog = open_log
+    w = HistoryWriter(fs, "/h/intermediate", "/h/finished", "application_1_0006", am_attempt=1)
+    w._stop.set()  # no flushes from the writer's thread: this test flushes
+    w.start("<configuration/>")
+    assert w.opened.wait(5)
+    w({"ts": 1.0, "kind": "STATE", "task": None, "message": "a"})
+    w.flush()
+    down["now"] = True
+    w({"ts": 2.0, "kind": "NOTE", "task": None, "message": "b"})
+    w.flush()  # fails: kept
+    w({"ts": 3.0, "kind": "NOTE", "task": None, "message": "c"})
+    w.flush()  # still down: no file to write to
+    assert not w.failed and len(w._pending) == 2
+    down["now"] = False
+    w.flush()
+    target = w.finish({"app_id": "application_1_0006", "finished_at": 86400.0})
+    done = tmp_path / target.lstrip("/")
+    assert sorted(p.name for p in done.iterdir()) == ["events-part1.jsonl", "events.jsonl", "job.json",
+                                                      "tony-final.xml"]
+    lines = [json.loads(x)["message"] for p in sorted(done.glob("events*.jsonl")) for x in p.read_text().splitlines()]
+    assert sorted(lines) == ["a", "b", "c"]
+
+
 def test_purge_takes_whole_days_past_the_retention_and_reads_no_job():
     tree = {
         "/f": ["/f/2017", "/f/2026", "/f/notes"],

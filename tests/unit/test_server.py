@@ -14,7 +14,9 @@ from tony_py.am import report
 from tony_py.am import server as server_module
 from tony_py.am.server import AmHttpServer, JobFiles
 from tony_py.auth import Signer, UnsignedAnswer, Verifier, call_json
-from tony_py.executor.channel import AmChannel, RequestRefused
+from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
+from tony_py.executor.settings import Instruction, Settings
+from tony_py.executor.supervisor import Executor
 
 SECRET = "a1" * 32
 
@@ -67,7 +69,7 @@ def test_only_signed_fresh_requests_are_obeyed_and_answers_are_signed(am):
     assert refused.value.status == 401
     # a captured request replayed byte for byte is refused
     body = json.dumps(register_body(am)).encode()
-    headers, _ = am.signer.sign("POST", "/v1/heartbeat", body)
+    headers, _ = am.signer.sign("POST", "/v1/heartbeat", body, am.verifier.receiver)
     request = (f"POST /v1/heartbeat HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {len(body)}\r\n"
                + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n").encode() + body
     assert raw_request(am.port, request, timeout=1).startswith(b"HTTP/1.1 200")
@@ -110,14 +112,21 @@ def test_body_limits(am):
     assert raw_request(am.port, huge, timeout=1).startswith(b"HTTP/1.1 413")
 
 
-def test_a_result_too_large_to_check_is_sent_again_without_its_details(am):
-    channel = AmChannel(am.url, am.signer, give_up_after_s=5)
+def test_an_unsigned_413_is_no_answer_and_a_huge_result_goes_without_its_details(am, tmp_path):
+    """The AM refuses an oversized body before it knows who sent it, so its 413 cannot be signed:
+    anyone could send one, and an executor that obeyed it would kill its task. The executor
+    instead sends a result the AM can take (its details dropped past MAX_RESULT)."""
     body = register_body(am, exit_code=3, stderr_tail="e" * (server_module.MAX_BODY + 10))
-    with pytest.raises(RequestRefused) as refused:
-        channel.post("/v1/result", body)
-    assert refused.value.status == 413
-    answer = channel.post("/v1/result", {k: body[k] for k in ("task", "attempt", "container", "exit_code")})
-    assert answer["action"] == "exit"  # the exit code arrived: the job is decided
+    with pytest.raises(AmUnreachable, match="HTTP 413"):  # retried, never acted on
+        AmChannel(am.url, am.signer, give_up_after_s=0.5).post("/v1/result", body)
+    assert am.h.c.tasks["worker:0"].exit_code is None
+    settings = Settings(task="worker:0", am_url=am.url, secret=SECRET, container_id=am.h.containers["worker:0"],
+                        command="python t.py", execution_env={}, heartbeat_s=1, metrics_interval_s=5,
+                        execution_timeout_s=0, registry_timeout_s=0, reserve_tb_port=False, src_zip=None,
+                        runtime_dir="", log_dir=tmp_path, am_lost_timeout_s=5)
+    executor = Executor(settings, AmChannel(am.url, am.signer, give_up_after_s=5), {}, tmp_path)
+    with pytest.raises(Instruction):  # the AM answers "exit": the job is decided
+        executor._report(0, body)
     assert am.h.c.tasks["worker:0"].exit_code == 3
 
 

@@ -250,3 +250,12 @@ def test_remote_venv_and_src_dir_with_plain_names_pass(src):
     args = parse_args(["--executes", "train.py", "--conf", "tony.worker.instances=1",
                        "--python_venv", "hdfs:///envs/venv-1.2.zip", "--src_dir", "gs://bucket/src/"])
     assert prepare(args).spec is not None
+
+
+@pytest.mark.parametrize("spelling", ["-help", "--help", "-h"])
+def test_tonys_help_flag_in_every_spelling(spelling, capsys):
+    from tony_py.client.flags import parse_args
+
+    with pytest.raises(SystemExit) as done:
+        parse_args([spelling])
+    assert done.value.code == 0 and "--executes" in capsys.readouterr().out

@@ -52,6 +52,7 @@ def adopt(job: Job, recovery: Recovery, snap: AmSnapshot, live_containers: list[
     port = recovery.port
     plan = plan_adoption(snap, {c["id"] for c in live_containers})
     _restore_job(job, snap)
+    fence_earlier_copies(job)
     for node in snap.blacklisted:
         port.blacklist(node)
     for name, record in snap.tasks.items():
@@ -80,6 +81,15 @@ def adopt(job: Job, recovery: Recovery, snap: AmSnapshot, live_containers: list[
     return [job.tasks[name] for name in plan.readopt if job.tasks[name].container is not None]
 
 
+def fence_earlier_copies(job: Job) -> None:
+    """No new copy of any task starts until a lease after this attempt started: the earlier
+    attempt was in contact with its executors until it died (or, cut off from the RM, until it
+    stopped answering them), no later than now, and may have started copies that neither its
+    snapshot nor YARN shows yet. A copy that is re-adopted runs on; only new ones wait."""
+    for name in job.tasks:
+        job.fences.fence(name, f"{name} of an earlier AM attempt", job.clock(), "an earlier AM attempt's copy")
+
+
 def _restore_job(job: Job, snap: AmSnapshot) -> None:
     job.attempt, job.restarts_used = snap.attempt, snap.restarts_used
     job.cluster_view, job.started_at = snap.cluster_view, snap.started_at
@@ -106,6 +116,10 @@ def _restore_task(job: Job, port, task: Task, record: TaskRecord, plan) -> None:
         task.control_url, task.state = record.control_url, record.state
         task.launched_at = now
         task.last_heartbeat = now + ADOPTION_GRACE_S  # while it learns the new address
+        # Not heard from yet by this attempt; for its fence (all copies are fenced from this
+        # attempt's start anyway) and for keeping it in a restart, it counts as heard from now.
+        task.last_contact = now
+        task.served = record.state == TaskState.RUNNING or record.state == TaskState.REGISTERED
         if record.state == TaskState.RUNNING:
             task.started_at = task.last_progress = now
     elif name in plan.replace:  # launched but never registered: cheaper to replace

@@ -21,6 +21,7 @@ from typing import Callable, Protocol
 from tony_py.am import adoption, policy, report
 from tony_py.am import events as ev
 from tony_py.am.events import EventLog
+from tony_py.am.fencing import UNOBSERVED_EXITS
 from tony_py.am.failover import AmSnapshot
 from tony_py.am.policy import Action, Decision
 from tony_py.am.protocol import ExecutorProtocol
@@ -58,6 +59,8 @@ class Coordinator(Job):
         self.build_launch = launch_builder
         self.book = RequestBook(spec, port, clock)
         self.auth_last_seen: Callable[[], dict[str, int]] = dict  # set by the AM: the verifier's memory
+        self.rm_lost: str | None = None  # why executors are not answered now (lose_rm)
+        self._rm_lost_at: float | None = None
         self.recovery = Recovery(self, port, self.book)
         self.protocol = ExecutorProtocol(self, self.recovery)
         self.watchdog = Watchdog(self, self.recovery)
@@ -77,10 +80,19 @@ class Coordinator(Job):
             match self.state:
                 case JobState.ALLOCATING | JobState.RUNNING | JobState.RESTARTING:
                     self.watchdog.check(now)
+                    self._lift_fences(now)
                 case JobState.FINISHING:
                     self.recovery.maybe_done()
                 case JobState.DONE:
                     pass
+
+    def _lift_fences(self, now: float) -> None:
+        """Fences whose lease ran out: a gang that waited for them may start (fencing.py)."""
+        before = len(self.fences.active)
+        self.fences.holding((), now)
+        if len(self.fences.active) != before:
+            self.protocol.serve_if_complete()
+            self.changed()  # FCFS long-polls
 
     # ---- RM / NM events ------------------------------------------------------------------
     def on_allocated(self, data: dict) -> None:
@@ -147,16 +159,21 @@ class Coordinator(Job):
             # replaced by a restart is no longer any task's when its end arrives. The task keeps
             # their names (what this attempt used, for its status and history) until it is reset.
             self.gpus.release(container_id)
+            if self.fences.ended(container_id, exit_status):  # a copy of a task that was fenced: it is gone
+                self.protocol.serve_if_complete()
             task = self.task_for_container(container_id)
             if task is None:
                 return
             container = task.container
             task.container = None
             task.container_started = False
+            if exit_status not in UNOBSERVED_EXITS:
+                task.ended = True  # its NodeManager saw the container's processes end
             if task.state.finished:
                 pass  # the executor reported the result before its container ended
             elif task.kept and self.decision is None:
-                self._kept_container_ended(task, container, exit_status)
+                self.recovery.replace(task, f"its kept container {container.id} ended (exit status {exit_status}) "
+                                            "before the restart reached it", count_node=exit_status != 0)
             elif task.stopping or self.decision is not None:
                 task.state = TaskState.STOPPED
                 task.finished_at = self.clock()
@@ -167,16 +184,33 @@ class Coordinator(Job):
             self.changed()
             self.recovery.maybe_done()
 
-    def _kept_container_ended(self, task: Task, container: Container, exit_status: int) -> None:
-        """A container kept for an in-place restart died before its executor came back (typically
-        the same lost node that caused the restart): part of that failure, not a new one. Replace
-        it without spending another restart."""
-        task.reset_for_attempt(task.attempt, keep_container=False)
-        self.recovery.request_missing()
-        self.events.record(ev.NOTE, f"its kept container {container.id} ended (exit status {exit_status}) "
-                                    "before the restart reached it; requested a new one", task.name)
-        if exit_status != 0:
-            self.recovery.count_node_failure(container.node_id)
+    def on_previous_containers(self, containers: list[dict]) -> None:
+        """Containers of earlier AM attempts that YARN names only after registration: those no task
+        of this attempt runs in are stopped (their copies are fenced from this attempt's start:
+        adoption.py)."""
+        with self.lock:
+            for data in containers:
+                if self.task_for_container(data["id"]) is None:
+                    self.port.stop(data["id"])
+                    self.events.record(ev.NOTE, f"stopped {data['id']} on {data.get('host')}, a container of an "
+                                                "earlier AM attempt that YARN reported late", container_id=data["id"])
+
+    # ---- the ResourceManager's lease on this attempt ---------------------------------------------
+    def lose_rm(self, why: str) -> None:
+        """Stop answering executors, so their leases run out before the next AM attempt (which the
+        RM may start once this one has been silent for its expiry) can start new copies."""
+        with self.lock:
+            self.rm_lost, self._rm_lost_at = why, self.clock()
+            self.events.record(ev.NOTE, f"{why}: executors are not answered until it does (their leases run out)")
+
+    def regain_rm(self) -> None:
+        with self.lock:
+            lost_for = self.clock() - (self._rm_lost_at or self.clock())
+            self.rm_lost = self._rm_lost_at = None
+            for task in self.tasks.values():  # their silence meanwhile was the AM's doing
+                if task.last_heartbeat is not None:
+                    task.last_heartbeat += lost_for
+            self.events.record(ev.NOTE, f"the ResourceManager answers again after {lost_for:.1f} s")
 
     def on_requests_rejected(self, allocation_request_id: int, reason: str) -> None:
         """YARN's placement processor gave up on a SchedulingRequest: it can never be placed."""
@@ -255,10 +289,10 @@ class Coordinator(Job):
 
     def report_result(self, name: str, attempt: int, container_id: str, exit_code: int | None, signal: str | None,
                       stderr_tail: str = "", error: dict | None = None, timed_out: bool = False,
-                      ended_ago_s: float | None = None, metrics: dict | None = None) -> dict:
+                      ended_ago_s: float | None = None, metrics: dict | None = None, fenced: bool = False) -> dict:
         with self.lock:
             return self.protocol.report_result(name, attempt, container_id, exit_code, signal, stderr_tail, error,
-                                               timed_out, ended_ago_s, metrics)
+                                               timed_out, ended_ago_s, metrics, fenced)
 
     # ---- AM fail-over (adoption.py) --------------------------------------------------------------
     def snapshot(self) -> AmSnapshot:
@@ -269,12 +303,21 @@ class Coordinator(Job):
         with self.lock:
             return adoption.adopt(self, self.recovery, snap, live_containers)
 
+    def start_over(self, previous_containers: list[dict]) -> None:
+        """A later AM attempt without a usable snapshot: the earlier attempt's containers are
+        stopped, its copies fenced, and the job starts from the beginning."""
+        with self.lock:
+            for data in previous_containers:
+                self.port.stop(data["id"])
+            adoption.fence_earlier_copies(self)
+
     # ---- views ---------------------------------------------------------------------------------
     def root_cause(self):
         return root_cause(self.failures)
 
-    def diagnostics(self) -> str:
-        return diagnostics(self.view())
+    def diagnostics(self, details: bool = True) -> str:
+        """The verdict and root cause; with details, the root cause's stderr tail and traceback."""
+        return diagnostics(self.view(), details)
 
     def status(self, log_url: report.LogUrl = lambda t: None) -> dict:
         """status.json's content (report.py), with full detail."""

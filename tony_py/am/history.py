@@ -5,6 +5,11 @@ append) and a thread of its own writes what gathered about once a second, flushe
 sees it (history/layout.py has the paths). When the job ends, the AM writes job.json and moves
 the job's directory from intermediate/ to finished/. An AM that dies leaves a readable
 events.jsonl.inprogress, which the next reader finalizes (history/store.py).
+
+A write that fails (the DataNode cut off, HDFS restarting) loses nothing and stops nothing:
+the events wait (up to MAX_WAITING of them), the broken file is abandoned, and the writer tries
+a new part file once a second until the cluster file system takes writes again (readers merge
+every events*.jsonl* file of a job, in time order).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from tony_py.history import layout
 log = logging.getLogger("tony.am.history")
 
 FLUSH_EVERY_S = 1.0
+SLOW_WRITE_S = 5.0  # said in the AM's log: the cluster file system is struggling
+MAX_WAITING = 100_000  # events kept while the file system refuses writes (oldest dropped beyond)
 
 
 class HistoryWriter:
@@ -32,6 +39,8 @@ class HistoryWriter:
         # each AM attempt its own file (an earlier attempt's file may still be leased)
         self.path = f"{self.dir}/{layout.EVENTS_INPROGRESS}" if am_attempt == 1 else \
             f"{self.dir}/events-attempt{am_attempt}.jsonl.inprogress"
+        self.parts: list[str] = []  # the files written, in order (a new one after each failure)
+        self.dropped = 0
         self.states: list[dict] = []  # every job state change, for job.json's conditions
         self._pending: list[str] = []
         self._lock = threading.Lock()
@@ -58,7 +67,7 @@ class HistoryWriter:
 
     def _loop(self, final_conf_text: str) -> None:
         try:
-            self._log = self.fs.openAppendLog(self.path)
+            self._open()
             self.fs.writeText(f"{self.dir}/{layout.CONFIG}", final_conf_text, 0o600)
         except Exception as exc:  # noqa: BLE001 - history must never stop a job
             self.failed = True
@@ -69,27 +78,62 @@ class HistoryWriter:
         while not self._stop.wait(FLUSH_EVERY_S):
             self.flush()
 
+    def _open(self) -> None:
+        path = self.path if not self.parts else self.path.replace(".jsonl", f"-part{len(self.parts)}.jsonl")
+        self._log = self.fs.openAppendLog(path)
+        self.parts.append(path)
+
     def flush(self) -> None:
+        if self.failed:
+            return
+        if self._log is None:  # the last write failed: try a new part file
+            try:
+                self._open()
+                log.info("job history: writing again (%s)", self.parts[-1])
+            except Exception:  # noqa: BLE001 - still down: the events keep waiting
+                return
         with self._lock:
             batch, self._pending = self._pending, []
-        if batch and self._log is not None and not self.failed:
-            try:
-                self._log.write("\n".join(batch) + "\n")
-            except Exception as exc:  # noqa: BLE001
-                self.failed = True
-                log.warning("job history stopped: %s", exc)
+        if not batch:
+            return
+        started = time.monotonic()
+        try:
+            self._log.write("\n".join(batch) + "\n")
+            took = time.monotonic() - started
+            if took > SLOW_WRITE_S:
+                log.warning("job history: a write took %.1f s (the cluster file system is slow or unreachable)", took)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("job history: a write failed (%s); keeping %d event(s) and trying a new file",
+                        str(exc).splitlines()[0][:300], len(batch))
+            self._abandon()
+            with self._lock:
+                self._pending[:0] = batch
+                excess = len(self._pending) - MAX_WAITING
+                if excess > 0:
+                    del self._pending[:excess]
+                    self.dropped += excess
+
+    def _abandon(self) -> None:
+        try:
+            self._log.close()
+        except Exception:  # noqa: BLE001 - a broken stream may not close
+            pass
+        self._log = None
 
     def finish(self, summary: dict) -> str | None:
         """Flush, close, write job.json, move the job to finished/. Returns the finished dir."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self._log is None or self.failed:
+        if self.failed:
             return None
         try:
             self.flush()
+            if self._log is None:
+                raise OSError("the cluster file system does not take writes")
             self._log.close()
-            self.fs.rename(self.path, self.path.removesuffix(".inprogress"))
+            for path in self.parts:
+                self.fs.rename(path, path.removesuffix(".inprogress"))
             self.fs.writeText(f"{self.dir}/{layout.SUMMARY}", json.dumps(summary, default=str), 0o600)
             target = layout.finished_dir(self.finished_root, self.app_id, summary.get("finished_at") or time.time())
             if not self.fs.rename(self.dir, target):

@@ -24,6 +24,7 @@ class Request:
     # The handler calls this once the request proved who sent it (a valid signature): only then
     # does its connection stay open after the answer (tony_py/am/admission.py).
     vouch: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
+    refused: Exception | None = field(default=None, repr=False, compare=False)  # why it was not verified
 
     @property
     def path(self) -> str:

@@ -25,6 +25,7 @@ from tony_py import appsecret
 from tony_py.am.coordinator import Coordinator
 from tony_py.am.recovery import FAST_HEARTBEAT_MS
 from tony_py.am import events as ev
+from tony_py.am import report
 from tony_py.am.history import HistoryWriter
 from tony_py.am.launch import JobMeta
 from tony_py.am.local import LocalProcessPort
@@ -41,6 +42,10 @@ from tony_py.config.spec import FINAL_CONF_FILE, SPEC_FILE, JobSpec
 log = logging.getLogger("tony.am")
 
 JOB_META = "tony-job.json"
+# The RM ends an AM attempt it has not heard from for yarn.am.liveness-monitor.expiry-interval-ms
+# and may start the next one: after half that without an answer, this attempt stops renewing its
+# executors' leases (AmRuntime._watch_rm), never sooner than this.
+RM_SILENCE_MIN_S = 3.0
 
 
 def load_spec(path: Path) -> JobSpec:
@@ -125,7 +130,10 @@ def connect() -> Attempt:
                    src_zip=Path(meta.src_zip).resolve() if meta.src_from_am else None,
                    extra_status=lambda: {"am_attempt": number, "snapshot_current": store.current(am.coordinator),
                                          "user": user, "am_log_url": own_log_url(user)},
-                   log_url=single_node_log_url(user) if spec.single_node else log_url_for(user))
+                   log_url=single_node_log_url(user) if spec.single_node else log_url_for(user),
+                   rm_silence=lambda: bridge.rmSilentMs() / 1000,
+                   proxy_viewer=report.proxy_viewers(user, spec.view_acls, bridge.aclsEnabled()),
+                   rm_silence_limit_s=max(RM_SILENCE_MIN_S, bridge.amExpiryMs() / 2000))
     submitted_ms = os.environ.get("APP_SUBMIT_TIME_ENV")
     attempt = Attempt(bridge, spec, meta, number, host, user, secret, store, am,
                       submitted_at=int(submitted_ms) / 1000 if submitted_ms else None)
@@ -175,8 +183,7 @@ def take_over(a: Attempt, coordinator: Coordinator, previous: list[dict]) -> Non
                          args=(adopted, a.am.url, Signer(a.secret, f"am-{a.number}"))).start()
     elif a.number > 1:
         log.warning("no snapshot from the earlier attempt: starting the job over")
-        for container in previous:
-            a.bridge.stop(container["id"])
+        coordinator.start_over(previous)
 
 
 def supervise(a: Attempt, coordinator: Coordinator, port, refused: str | None) -> bool:
@@ -211,7 +218,7 @@ def supervise(a: Attempt, coordinator: Coordinator, port, refused: str | None) -
 def conclude(a: Attempt, coordinator: Coordinator) -> None:
     """The job is decided: let the client read the end, write history, unregister, clean up."""
     final = coordinator.final_status or "FAILED"
-    diagnostics = coordinator.diagnostics()
+    diagnostics = coordinator.diagnostics(details=a.spec.diagnostics_include_logs)  # YARN's: every user reads them
     log.info("job %s\n%s", final, diagnostics)
     a.am.wait_for_final_read()
     if a.history is not None:  # complete before YARN reports the end, so a reader then finds it final

@@ -168,14 +168,18 @@ def completion(spec: JobSpec, tasks: dict[str, Task]) -> Decision:
 _CONTAINER_SUSPECT = (FailureKind.LOST, FailureKind.INFRASTRUCTURE, FailureKind.LAUNCH, FailureKind.TIMEOUT)
 
 
-def keep_on_restart(task: Task) -> bool:
+def keep_on_restart(spec: JobSpec, task: Task, now: float) -> bool:
     """Whether a gang restart reuses the task's container in place (fresh ports, no YARN round
-    trip): only where the executor is alive, holds its container, and did not itself fail in a
-    way that makes the container suspect."""
+    trip): only where the executor is alive and heard from lately (two heartbeat intervals: a
+    quieter one is likely hit by the same fault), holds its container, and did not itself fail in
+    a way that makes the container suspect."""
+    recent = task.polling or (task.last_contact is not None
+                              and now - task.last_contact <= 2 * spec.heartbeat_interval_ms / 1000)
     return (
         task.container is not None
         and task.container_started
         and not task.released
+        and bool(recent)
         and not (task.failure and task.failure.kind in _CONTAINER_SUSPECT)
     )
 

@@ -28,14 +28,21 @@ class ExecutorProtocol:
         self.job = job
         self.recovery = recovery
         self._plan: tuple[tuple, dict, EnvPlan] | None = None
+        self._announced: set[str] = set()  # fences a waiting gang has been told about
 
     # ---- which copy of a task is calling, and is it current --------------------------------
     def lookup(self, name: str, attempt: int, container_id: str | None) -> tuple[Task | None, dict | None]:
         """The task an executor call is about, and what to answer instead if the call is stale."""
-        task = self.job.tasks.get(name)
+        job = self.job
+        task = job.tasks.get(name)
         if task is None:
             return None, {"action": "exit", "reason": f"unknown task {name}"}
-        if attempt > task.attempt and self._current(task, container_id):
+        if not self._current(task, container_id):
+            if container_id:
+                job.fences.heard_from(container_id, job.clock())  # superseded, and still alive
+            return task, self.instruction(task, attempt, container_id)
+        task.last_contact = job.clock()
+        if attempt > task.attempt:
             self._catch_up(task, attempt)
         return task, self.instruction(task, attempt, container_id)
 
@@ -46,7 +53,7 @@ class ExecutorProtocol:
     def instruction(self, task: Task, attempt: int, container_id: str | None) -> dict | None:
         """What a stale or superseded executor should do instead; None if it is current."""
         if not self._current(task, container_id):
-            return {"action": "exit", "reason": "this container no longer runs the task"}
+            return {"action": "exit", "reason": "superseded: this container no longer runs the task"}
         if self.job.decision is not None or task.stopping or task.released:
             return {"action": "exit", "reason": "the job is finishing" if self.job.decision else "the task is over"}
         if attempt != task.attempt:
@@ -96,13 +103,27 @@ class ExecutorProtocol:
         )
 
     def serve_if_complete(self) -> None:
-        """GANG: once every task registered, serve the cluster spec (enters RUNNING, which wakes
-        the waiting long-polls)."""
+        """GANG: once every task registered, and no earlier copy of one of them may still be
+        running (fencing.py), serve the cluster spec (enters RUNNING, which wakes the waiting
+        long-polls). Also called by the watchdog, for fences that run out."""
         job = self.job
         if job.cluster_view is None and job.spec.distributed_mode == "GANG" and self.gang_complete():
+            if self._fenced(t.name for t in job.tasks.values() if job.spec.stage_of(t.id.type) == job.stage):
+                return
             job.cluster_view = self.cluster_view()
             job.mark("all_executors_registered")
             job.enter(JobState.RUNNING, f"attempt {job.attempt}: all {len(job.tasks)} tasks registered; spec served")
+
+    def _fenced(self, names) -> bool:
+        """Whether an earlier copy of one of these tasks may still run; said once per fence."""
+        job = self.job
+        fences = job.fences.holding(names, job.clock())
+        for fence in fences:
+            if fence.copy not in self._announced:
+                self._announced.add(fence.copy)
+                job.events.record(ev.NOTE, f"waiting {fence.until - job.clock():.1f} s before starting a new copy: "
+                                           f"its copy in {fence.copy} may still run ({fence.why})", fence.task)
+        return bool(fences)
 
     def cluster_view(self) -> dict[str, list[str]]:
         """Addresses of this stage's tasks and of earlier stages' tasks still running."""
@@ -123,13 +144,14 @@ class ExecutorProtocol:
             return stale
         task.last_heartbeat = job.clock()  # a waiting long-poll proves the executor alive
         view = job.cluster_view
-        if view is None and job.spec.distributed_mode == "FCFS" and task.address:
+        if view is None and job.spec.distributed_mode == "FCFS" and task.address and not self._fenced([task.name]):
             view = self.cluster_view()  # FCFS: each task starts with what has registered so far
             if job.state in (JobState.ALLOCATING, JobState.RESTARTING):
                 job.enter(JobState.RUNNING, f"attempt {job.attempt}: first spec served (FCFS)")
         if view is None or not task.address or not frameworks.ready(job.spec, task.id, job.callbacks):
             return None
         job.mark("first_spec_served")
+        task.served = True  # from now on this copy may run the task's process
         job.events.record(ev.SPEC_SERVED, "cluster spec served", task.name, attempt=task.attempt)
         plan = self._env_plan(view)
         return SpecAnswer(self._task_env(task, plan), plan)
@@ -219,11 +241,12 @@ class ExecutorProtocol:
     # ---- the end of a run ----------------------------------------------------------------------
     def report_result(self, name: str, attempt: int, container_id: str, exit_code: int | None, signal: str | None,
                       stderr_tail: str = "", error: dict | None = None, timed_out: bool = False,
-                      ended_ago_s: float | None = None, metrics: dict | None = None) -> dict:
+                      ended_ago_s: float | None = None, metrics: dict | None = None, fenced: bool = False) -> dict:
         job = self.job
         task, stale = self.lookup(name, attempt, container_id)
         if stale:
             return stale
+        task.ended = True  # the executor saw its process end (and killed what it left)
         task.exit_code = exit_code
         task.signal = signal
         # An age, not the node's timestamp: failures are ordered on the AM's clock.
@@ -231,7 +254,11 @@ class ExecutorProtocol:
         if metrics:
             task.metrics = metrics
         job.dirty = True
-        if exit_code == 0 and not signal:
+        if fenced:
+            self.recovery.fail(task, FailureKind.LOST, f"its executor heard nothing from the AM for "
+                               f"tony.task.executor.lease-sec={job.spec.lease_s} s and killed it (fenced)",
+                               signal=signal, stderr_tail=stderr_tail, when=task.finished_at)
+        elif exit_code == 0 and not signal:
             self._succeeded(task)
         else:
             self._failed(task, exit_code, signal, stderr_tail, error, timed_out)

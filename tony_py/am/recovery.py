@@ -93,6 +93,36 @@ class Recovery:
                                                    f"there (tony.task.max-failures-per-node="
                                                    f"{job.spec.max_failures_per_node})", node_id=node_id)
 
+    # ---- copies of a task (fencing.py) ----------------------------------------------------------
+    def supersede(self, task: Task, why: str) -> None:
+        """The task's current copy stops being its copy: if it may still be running the task's
+        process, fence it, so no replacement starts before its lease has run out."""
+        job = self.job
+        copy = task.container or task.last_container
+        if copy is None or not task.may_run:
+            return
+        fence = job.fences.fence(task.name, copy.id, task.last_contact or job.clock(), why)
+        job.events.record(ev.NOTE, f"fenced its copy in {copy.id} on {copy.host} ({why}): no new copy of it starts "
+                                   f"for {max(0.0, fence.until - job.clock()):.1f} s, unless YARN sees that container "
+                                   "end first", task.name, container_id=copy.id)
+
+    def replace(self, task: Task, why: str, count_node: bool = True) -> None:
+        """A copy kept for an in-place restart is lost before its executor came back (typically the
+        same fault that caused the restart): part of that restart, not a new failure. Replace it
+        without spending another restart."""
+        job = self.job
+        container = task.container or task.last_container
+        self.supersede(task, why)
+        if task.container is not None:
+            self.port.stop(task.container.id)
+            job.gpus.release(task.container.id)
+        task.reset_for_attempt(task.attempt, keep_container=False)
+        self.request_missing()
+        job.events.record(ev.NOTE, f"{why}: requested a new container for it (no restart spent)", task.name,
+                          container_id=container.id if container else None)
+        if container is not None and count_node:
+            self.count_node_failure(container.node_id)
+
     # ---- decisions -------------------------------------------------------------------------
     def apply(self, decision: Decision) -> None:
         if decision.action == Action.CONTINUE or self.job.decision is not None:
@@ -126,9 +156,12 @@ class Recovery:
         for task in job.tasks.values():
             if job.spec.stage_of(task.id.type) < job.stage and task.state.finished:
                 continue  # an earlier stage that completed is not run again
-            keep = policy.keep_on_restart(task)
+            keep = policy.keep_on_restart(job.spec, task, job.clock())
+            if not keep:
+                self.supersede(task, f"gang restart {job.restarts_used}")
             if task.container is not None and not keep:
-                self.port.stop(task.container.id)  # a lost/hung executor: make sure it is gone
+                if not task.released:  # (a lost or hung executor's was stopped when it failed)
+                    self.port.stop(task.container.id)
                 # Its devices go to the replacement now, not when the end of the stopped container
                 # arrives (which may come after the new allocation): the stopped process is killed
                 # at once, the replacement's user process starts only after its executor registered.

@@ -64,6 +64,33 @@ def status(view: JobView, log_url: LogUrl) -> dict:
     }
 
 
+def proxy_viewers(owner: str, view_acls: tuple[str, ...], acls_enabled: bool) -> Callable[[str | None], bool]:
+    """Who sees full detail through YARN's web proxy, which names the user it relays for in its
+    proxy-user cookie (as Hadoop's AmIpFilter reads it): the job's owner and the users of
+    tony.application.view-acls ("*": everyone), as MapReduce's AM does with its view ACL. A proxy
+    that names nobody (an RM that authenticates no one) relays detail only where the cluster
+    enforces no ACLs (yarn.acl.enable=false), where YARN itself shows every job to everyone."""
+    def allowed(user: str | None) -> bool:
+        if user is None:
+            return not acls_enabled
+        return user == owner or "*" in view_acls or user in view_acls
+    return allowed
+
+
+def proxy_user(cookie_header: str | None) -> str | None:
+    """The user YARN's web proxy relays for (its proxy-user cookie), or None."""
+    from http.cookies import CookieError, SimpleCookie
+    from urllib.parse import unquote_plus
+
+    if not cookie_header:
+        return None
+    try:
+        morsel = SimpleCookie(cookie_header).get("proxy-user")
+    except CookieError:
+        return None
+    return unquote_plus(morsel.value) if morsel is not None and morsel.value else None
+
+
 def public_view(full: dict) -> dict:
     """What anyone who can reach the AM may see: states, no hosts, logs or error text."""
     view = {k: full.get(k) for k in PUBLIC_JOB_FIELDS}

@@ -60,6 +60,8 @@ def dispatch(coordinator: Coordinator, event: dict) -> None:
             coordinator.fail_job(placement_refused(message))  # the RM is there; it refused the request
         else:
             raise Abandon(f"lost the ResourceManager: {message}")
+    elif kind == "previous_containers":
+        coordinator.on_previous_containers(event.get("containers") or [])
     elif kind == "requests_rejected":
         coordinator.on_requests_rejected(int(event.get("allocation_request_id", -1)), str(event.get("reason")))
     elif kind in ("stopped", "stop_failed"):
@@ -72,7 +74,9 @@ class AmRuntime:
     def __init__(self, spec: JobSpec, meta: JobMeta, secret: str, host: str, bind_ip: str,
                  trusted_addresses: frozenset[str] = frozenset(), extra_status: Callable[[], dict] = dict,
                  log_url: Callable[[TaskView], str | None] = lambda t: None, events: EventLog | None = None,
-                 final_conf: str | None = None, src_zip: Path | None = None):
+                 final_conf: str | None = None, src_zip: Path | None = None,
+                 rm_silence: Callable[[], float] | None = None, rm_silence_limit_s: float = float("inf"),
+                 proxy_viewer: Callable[[str | None], bool] = lambda user: True):
         """final_conf (tony-final.xml's text) and src_zip (the zipped src_dir) are what executors
         fetch before registering (GET /v1/job, /v1/src), when the AM serves them (not None)."""
         self.spec = spec
@@ -83,14 +87,19 @@ class AmRuntime:
         self.extra_status = extra_status
         self.log_url = log_url
         self.coordinator: Coordinator | None = None
+        # How long the RM has not answered this attempt (None: no RM, local mode), and how long
+        # it may before the AM stops renewing its executors' leases (Coordinator.lose_rm).
+        self.rm_silence = rm_silence
+        self.rm_silence_limit_s = rm_silence_limit_s
         self.events = events or EventLog()
         self._launcher: TaskLauncher | None = None
         job_files = None if final_conf is None else JobFiles(
             json.dumps({"spec": spec.to_dict(), "final_conf": final_conf}).encode(), src_zip)
         self.server = AmHttpServer((bind_ip, 0), None, self.verifier, self.status,
                                    trusted_addresses=trusted_addresses, max_connections=2 * len(spec.tasks()) + 64,
-                                   job_files=job_files)
+                                   job_files=job_files, proxy_viewer=proxy_viewer)
         self.url = f"http://{host}:{self.server.port}"
+        self.verifier.receiver = f"{host}:{self.server.port}"  # as executors and clients address it
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1}, name="am-http",
                          daemon=True).start()
 
@@ -122,7 +131,21 @@ class AmRuntime:
                     dispatch(c, self.queue.get_nowait())
             except queue.Empty:
                 pass
+            self._watch_rm(c)
             c.tick()
+
+    def _watch_rm(self, c: Coordinator) -> None:
+        """An AM the RM has not answered for half its expiry may already be replaced by the next
+        attempt: it stops answering its executors (their leases run out; fencing.py) until the RM
+        answers again."""
+        if self.rm_silence is None:
+            return
+        silent = self.rm_silence()
+        if silent > self.rm_silence_limit_s and c.rm_lost is None:
+            c.lose_rm(f"the ResourceManager has not answered this AM attempt for {silent:.1f} s: it may already "
+                      "have started the next attempt")
+        elif silent <= self.rm_silence_limit_s and c.rm_lost is not None:
+            c.regain_rm()
 
     def wait_for_final_read(self) -> None:
         """Let a following client read the final task table before the tracking URL goes away."""

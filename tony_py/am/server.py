@@ -5,7 +5,7 @@
   signed for the request it answers, so executors can tell the real AM from a stranger.
   GET /v1/job and /v1/src hand an executor what the job runs (its JobSpec, tony-final.xml,
   the zipped src_dir when small): a task container then needs no file of this job from HDFS,
-  so its node starts it without a localizer (docs/architecture.md, "Start-up, measured against
+  so its node starts it without a localizer (docs/decisions.md, "Start-up, measured against
   YARN's own floor"). Not on a Kerberos cluster: there this AM serves no job files (the channel
   is signed, not encrypted) and YARN localizes them.
 - /status.json and / are the job's status behind YARN's tracking URL. Full detail (hosts,
@@ -28,7 +28,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import math
 import threading
 from dataclasses import dataclass
 from functools import partial
@@ -36,10 +35,12 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qs
 
-from tony_py.am import dashboard
+from tony_py.am import dashboard, report
 from tony_py.am.coordinator import Coordinator
+from tony_py.am.fields import (BadRequest, devices_field, error_field, int_field, metrics_field, seconds_field,
+                              text_field)
 from tony_py.am.httpd import HttpServer, Recent, Request, Response
-from tony_py.auth import REQUEST_HEADER, RESPONSE_HEADER, AuthError, Verifier
+from tony_py.auth import REQUEST_HEADER, RESPONSE_HEADER, AuthError, SkewError, Verifier
 
 log = logging.getLogger("tony.am.server")
 
@@ -47,14 +48,7 @@ MAX_BODY = 1 << 20
 MAX_LONG_POLL_S = 30.0
 REQUEST_TIMEOUT_S = 5.0  # to send a whole request; long-polls wait in the coordinator, not here
 IDLE_TIMEOUT_S = 120.0  # an executor's connection between heartbeats (tony.task.heartbeat-interval-ms)
-MAX_METRICS = 64
 PUBLIC_CACHE_S = 1.0  # how stale the anonymous view may be (the page itself refreshes every 2 s)
-
-
-class BadRequest(ValueError):
-    """A request that names the wrong things or numbers out of range: 400, nothing changed."""
-
-    status = 400
 
 
 @dataclass(frozen=True)
@@ -68,15 +62,19 @@ class JobFiles:
 class AmHttpServer:
     def __init__(self, address, coordinator: Coordinator | None, verifier: Verifier, status: Callable[[bool], dict],
                  trusted_addresses: frozenset[str] = frozenset(), max_connections: int = 256,
+                 proxy_viewer: Callable[[str | None], bool] = lambda user: True,
                  job_files: JobFiles | None = None):
         self.verifier = verifier
         self.job_files = job_files
         self._src: asyncio.Future | None = None  # the archive's size and sha256, read once for all
         self.status_fn = status
         self.trusted_addresses = trusted_addresses
+        self.proxy_viewer = proxy_viewer  # whom the proxy relays detail to (report.proxy_viewers)
         self.final_status_served = threading.Event()
         self.http = HttpServer(address, self._handle, max_connections=max_connections,
                                request_timeout_s=REQUEST_TIMEOUT_S, idle_timeout_s=IDLE_TIMEOUT_S, max_body=MAX_BODY)
+        if not verifier.receiver:  # requests are signed for the address they are sent to (auth.py)
+            verifier.receiver = f"{address[0]}:{self.http.port}"
         self._public = {page: Recent(self.http, partial(self._public_body, page), PUBLIC_CACHE_S)
                         for page in (False, True)}
         self._waiters: list[asyncio.Future] = []
@@ -152,6 +150,8 @@ class AmHttpServer:
         """A Response for executor calls (answered at once, on the loop), or a coroutine for
         what waits: a spec long-poll, the page and status.json (built in a thread)."""
         path = request.path
+        if path.startswith("/v1/") and self.coordinator is not None and self.coordinator.rm_lost:
+            return _json(503, {"error": self.coordinator.rm_lost})  # renews no executor's lease meanwhile
         if request.method == "GET":
             if path in ("/status.json", "/api/status", "/", "/index.html"):
                 return self._status(request, page=path in ("/", "/index.html"))
@@ -168,7 +168,7 @@ class AmHttpServer:
             return _json(404, {"error": "not found"})
         nonce = self._verified(request)
         if nonce is None:
-            return _json(401, {"error": "unsigned, wrongly signed or replayed request"})
+            return self._refusal(request)
         try:
             data = json.loads(request.body or b"{}")
             if not isinstance(data, dict):
@@ -198,12 +198,12 @@ class AmHttpServer:
     async def _spec(self, request: Request) -> Response:
         nonce = self._verified(request)
         if nonce is None:
-            return _json(401, {"error": "unsigned, wrongly signed or replayed request"})
+            return self._refusal(request)
         try:
             q = {k: v[0] for k, v in parse_qs(request.query, strict_parsing=False).items()}
-            task, attempt = _text(q, "task"), _int(q, "attempt", 0, 1 << 20)
-            container = _text(q, "container", "")
-            timeout = _seconds(q, "timeout", 0.0, MAX_LONG_POLL_S, default=20.0)
+            task, attempt = text_field(q, "task"), int_field(q, "attempt", 0, 1 << 20)
+            container = text_field(q, "container", "")
+            timeout = seconds_field(q, "timeout", 0.0, MAX_LONG_POLL_S, default=20.0)
         except BadRequest as exc:
             return self._signed(400, {"error": f"bad request: {exc}"}, nonce)
         answer = await self._wait_spec(task, attempt, container, timeout)
@@ -216,7 +216,7 @@ class AmHttpServer:
     def _job(self, request: Request) -> Response:
         nonce = self._verified(request)
         if nonce is None:
-            return _json(401, {"error": "unsigned, wrongly signed or replayed request"})
+            return self._refusal(request)
         if self.job_files is None:
             return self._signed(404, {"error": "this AM serves no job files"}, nonce)
         return self._signed(200, self.job_files.job, nonce)
@@ -224,7 +224,7 @@ class AmHttpServer:
     async def _src_zip(self, request: Request) -> Response:
         nonce = self._verified(request)
         if nonce is None:
-            return _json(401, {"error": "unsigned, wrongly signed or replayed request"})
+            return self._refusal(request)
         if self.job_files is None or self.job_files.src_zip is None:
             return self._signed(404, {"error": "this AM does not serve the src_dir"}, nonce)
         path = self.job_files.src_zip
@@ -236,14 +236,23 @@ class AmHttpServer:
                         file=path, file_size=size)
 
     def _verified(self, request: Request) -> tuple[str, int] | None:
-        """The request's nonce if it is signed with the app secret and fresh, else None."""
+        """The request's nonce if it is signed with the app secret for this AM and fresh, else None
+        (and the reason kept for _refusal)."""
         try:
             nonce = self.verifier.check(request.method, request.target, request.body,
                                         request.headers.get(REQUEST_HEADER.lower()))
-        except AuthError:
+        except AuthError as exc:
+            request.refused = exc
             return None
         request.vouch()  # its connection may stay open (httpd.py)
         return nonce
+
+    def _refusal(self, request: Request) -> Response:
+        """401: unsigned for strangers; signed, with the reason, for a sender of ours whose clock is
+        off (SkewError), so its executor can say why instead of retrying."""
+        if isinstance(request.refused, SkewError):
+            return self._signed(401, {"error": str(request.refused)}, request.refused.nonce)
+        return _json(401, {"error": "unsigned, wrongly signed or replayed request"})
 
     def _viewer(self, request: Request) -> tuple[bool, tuple[str, int] | None]:
         """(full detail?, the nonce to sign the answer for): a signed request (the client) or
@@ -251,7 +260,9 @@ class AmHttpServer:
         if request.headers.get(REQUEST_HEADER.lower()):
             nonce = self._verified(request)
             return nonce is not None, nonce
-        return request.peer in self.trusted_addresses, None
+        if request.peer not in self.trusted_addresses:
+            return False, None
+        return self.proxy_viewer(report.proxy_user(request.headers.get("cookie"))), None
 
     def _signed(self, status: int, payload, nonce, content_type: str = "application/json") -> Response:
         if isinstance(payload, bytes):
@@ -267,36 +278,37 @@ class AmHttpServer:
 
     def _route(self, path: str, body: dict) -> dict | None:
         c = self.coordinator
-        task, attempt, container = _text(body, "task"), _int(body, "attempt", 0, 1 << 20), _text(body, "container", "")
+        task, attempt, container = text_field(body, "task"), int_field(body, "attempt", 0, 1 << 20), text_field(body, "container", "")
         if path == "/v1/register":
-            return c.register(task, attempt, container, _int(body, "port", 1, 65535),
-                              _int(body, "tb_port", 1, 65535, optional=True),
-                              _int(body, "control_port", 1, 65535, optional=True), _devices(body))
+            return c.register(task, attempt, container, int_field(body, "port", 1, 65535),
+                              int_field(body, "tb_port", 1, 65535, optional=True),
+                              int_field(body, "control_port", 1, 65535, optional=True), devices_field(body))
         if path == "/v1/started":
-            return c.task_started(task, attempt, container, _int(body, "pid", 0, 1 << 31, optional=True) or 0)
+            return c.task_started(task, attempt, container, int_field(body, "pid", 0, 1 << 31, optional=True) or 0)
         if path == "/v1/heartbeat":
-            return c.heartbeat(task, attempt, container, _metrics(body),
-                               _seconds(body, "progress_age_s", 0.0, 1e9, optional=True))
+            return c.heartbeat(task, attempt, container, metrics_field(body),
+                               seconds_field(body, "progress_age_s", 0.0, 1e9, optional=True))
         if path == "/v1/callback":
             info = body.get("info")
             if not isinstance(info, dict) or len(json.dumps(info)) > 4096:
                 raise BadRequest("info must be a small JSON object")
             return c.callback(task, attempt, container, info)
         if path == "/v1/tensorboard":
-            url = _text(body, "url", limit=300)
+            url = text_field(body, "url", limit=300)
             if not url.startswith("http://"):
                 raise BadRequest("url must be an http:// URL")
             return c.register_tensorboard(task, attempt, container, url)
         if path == "/v1/result":
             return c.report_result(
                 task, attempt, container,
-                exit_code=_int(body, "exit_code", -(1 << 31), (1 << 31) - 1, optional=True),
-                signal=_text(body, "signal", None, limit=40),
-                stderr_tail=_text(body, "stderr_tail", "", limit=64 * 1024),
-                error=_error(body),
+                exit_code=int_field(body, "exit_code", -(1 << 31), (1 << 31) - 1, optional=True),
+                signal=text_field(body, "signal", None, limit=40),
+                stderr_tail=text_field(body, "stderr_tail", "", limit=64 * 1024),
+                error=error_field(body),
                 timed_out=body.get("timed_out") is True,
-                ended_ago_s=_seconds(body, "ended_ago_s", 0.0, 3600.0, optional=True),
-                metrics=_metrics(body),
+                ended_ago_s=seconds_field(body, "ended_ago_s", 0.0, 3600.0, optional=True),
+                metrics=metrics_field(body),
+                fenced=body.get("fenced") is True,
             )
         return None
 
@@ -310,91 +322,3 @@ def _size_and_digest(path: Path) -> tuple[int, str]:
 
 def _json(status: int, payload: dict) -> Response:
     return Response(status, json.dumps(payload).encode())
-
-
-# ---- request values: every number finite and in range, every text bounded ----------------------
-def _text(data: dict, key: str, default: str | None | type = BadRequest, limit: int = 200) -> str | None:
-    value = data.get(key)
-    if value is None:
-        if default is BadRequest:
-            raise BadRequest(f"{key} is required")
-        return default
-    if not isinstance(value, str) or len(value) > limit:
-        raise BadRequest(f"{key} must be text of at most {limit} characters")
-    return value
-
-
-def _number(data: dict, key: str, optional: bool, default=None):
-    value = data.get(key)
-    if type(value) is float or type(value) is int:  # the usual case (every metric, every heartbeat)
-        if math.isfinite(value):
-            return value
-        raise BadRequest(f"{key} must be a finite number")
-    if value is None:
-        if optional or default is not None:
-            return default
-        raise BadRequest(f"{key} is required")
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise BadRequest(f"{key} must be a number, got {value[:40]!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise BadRequest(f"{key} must be a finite number")
-    return value
-
-
-def _int(data: dict, key: str, low: int, high: int, optional: bool = False) -> int | None:
-    """An identifier (port, attempt, pid, exit code): out of range is an error, not clamped."""
-    value = _number(data, key, optional)
-    if value is None:
-        return None
-    if value != int(value) or not low <= value <= high:
-        raise BadRequest(f"{key} must be a whole number in {low}..{high}")
-    return int(value)
-
-
-def _seconds(data: dict, key: str, low: float, high: float, optional: bool = False,
-             default: float | None = None) -> float | None:
-    """A duration: clamped to its documented range."""
-    value = _number(data, key, optional, default)
-    return None if value is None else min(max(float(value), low), high)
-
-
-def _devices(body: dict) -> list[str] | None:
-    devices = body.get("gpus")
-    if devices is None:
-        return None
-    if not isinstance(devices, list) or len(devices) > 64 or not all(
-            isinstance(d, str) and 0 < len(d) <= 64 and d.replace("-", "").isalnum() for d in devices):
-        raise BadRequest("gpus must be a list of device indices or UUIDs")
-    return devices
-
-
-def _metrics(body: dict) -> dict | None:
-    metrics = body.get("metrics")
-    if metrics is None:
-        return None
-    if not isinstance(metrics, dict) or len(metrics) > MAX_METRICS:
-        raise BadRequest(f"metrics must be an object with at most {MAX_METRICS} entries")
-    out = {}
-    for name, value in metrics.items():
-        if not isinstance(name, str) or len(name) > 64:
-            raise BadRequest("metric names must be short text")
-        out[name] = _number(metrics, name, optional=False)
-    return out
-
-
-def _error(body: dict) -> dict | None:
-    error = body.get("error")
-    if error is None:
-        return None
-    if not isinstance(error, dict):
-        raise BadRequest("error must be an object")
-    out = {}
-    for key, limit in (("type", 200), ("message", 8000), ("traceback", 32000), ("task", 100)):
-        if error.get(key) is not None:
-            out[key] = _text(error, key, limit=limit)
-    if error.get("time") is not None:
-        out["time"] = _number(error, "time", optional=True)
-    return out

@@ -32,6 +32,7 @@ from typing import Callable
 
 from tony_py.am import events as ev
 from tony_py.am.events import EventLog
+from tony_py.am.fencing import Fences
 from tony_py.am.gpus import GpuBook
 from tony_py.am.policy import Decision
 from tony_py.am.tasks import Task
@@ -93,6 +94,7 @@ class Job:
         self.callbacks_seen = 0  # bumped by every callback: an env plan built before it is stale
         self.tensorboard_url: str | None = None
         self.gpus = GpuBook()
+        self.fences = Fences(spec.lease_s)
         # called (under the lock) when something changed that a waiting spec long-poll may be
         # answered by: the HTTP server wakes its waiters on its own loop
         self.watchers: list[Callable[[], None]] = []

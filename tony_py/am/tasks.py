@@ -37,7 +37,10 @@ class Task:
     control_url: str | None = None  # the executor's control endpoint (AM fail-over)
     started_at: float | None = None
     finished_at: float | None = None
-    last_heartbeat: float | None = None
+    last_heartbeat: float | None = None  # for heartbeat expiry (moved on over the AM's own stalls)
+    last_contact: float | None = None  # when the AM last heard from this copy, as it happened (fencing.py)
+    served: bool = False  # this copy was given its spec: it may run the task's process
+    ended: bool = False  # the process's end is known (its executor reported it, or its NodeManager saw it)
     last_progress: float | None = None
     metrics: dict = field(default_factory=dict)
     gpus: list[str] = field(default_factory=list)  # the devices its container holds (am/gpus.py)
@@ -45,6 +48,11 @@ class Task:
     @property
     def name(self) -> str:
         return str(self.id)
+
+    @property
+    def may_run(self) -> bool:
+        """Whether this copy may be running the task's process (fencing.py)."""
+        return self.served and not self.ended
 
     def reset_for_attempt(self, attempt: int, keep_container: bool) -> None:
         """Forget the previous attempt's run; keep the container for an in-place restart."""
@@ -60,6 +68,7 @@ class Task:
         self.last_progress = None
         self.stopping = False
         self.released = False
+        self.served = self.ended = False
         self.kept = keep_container and self.container is not None
         if self.kept:
             self.state = TaskState.LAUNCHED

@@ -55,10 +55,15 @@ class Watchdog:
 
     def _task_timeouts(self, now: float) -> None:
         job = self.job
+        expiry = job.spec.heartbeat_interval_ms * job.spec.max_missed_heartbeats / 1000
         for task in list(job.tasks.values()):
             if job.decision is not None:
                 return
             if task.attempt != job.attempt or task.released:
+                continue
+            if task.kept and task.last_heartbeat is not None and now - task.last_heartbeat > expiry:
+                self.recovery.replace(task, f"its executor went silent for {now - task.last_heartbeat:.1f} s before "
+                                            "it came back for the restart")
                 continue
             timed_out = policy.task_timeout(job.spec, task, now)
             if timed_out:

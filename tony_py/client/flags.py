@@ -55,7 +55,10 @@ def build_parser(prog: str = "tony submit") -> argparse.ArgumentParser:
         prog=prog,
         description="Submit a distributed training job to YARN (TonY-compatible flags).",
         allow_abbrev=False,
+        add_help=False,
     )
+    # TonY's -help too (argparse would read it as -h with "elp")
+    parser.add_argument("--help", "-help", "-h", action="help", help="show this help message and exit")
     for name, kind, help_text in FLAGS:
         spellings = [f"--{name}", f"-{name}"]
         if kind == "repeat":

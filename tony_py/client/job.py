@@ -7,11 +7,10 @@ over HTTP while the AM runs, asked with a signed request so the AM gives full de
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 
-from tony_py.auth import AuthError, Signer, call_json
+from tony_py.auth import AuthError, Signer, call_json, client_principal
 from tony_py.bridge.interrupts import guard
 from tony_py.errors import TonyError
 
@@ -67,7 +66,8 @@ class JobStatus:
             app_id=app_id, yarn_state=r.get("state", "?"), final_status=r.get("final_status", "UNDEFINED"),
             job_state=s.get("state"), am_attempt=r.get("attempt") or 0, restarts_used=s.get("restarts_used") or 0,
             tasks=tuple(TaskStatus.from_row(t) for t in s.get("tasks", [])),
-            diagnostics=(r.get("diagnostics") or "").strip() or (s.get("diagnostics") or ""),
+            # the AM's own copy first: it has the root cause's stderr tail (YARN's leaves it out)
+            diagnostics=(s.get("diagnostics") or "") or (r.get("diagnostics") or "").strip(),
             tracking_url=r.get("tracking_url"), tensorboard_url=s.get("tensorboard_url"))
 
 
@@ -79,7 +79,7 @@ class Job:
         self.gw = gw
         self.app_id = app_id
         self.staging_dir = staging_dir
-        self._signer = Signer(secret, f"client-{os.getpid()}") if secret else None
+        self._signer = Signer(secret, client_principal()) if secret else None
         self._owns_gateway = False
         self.report: dict = {}
         self.am_status: dict | None = None

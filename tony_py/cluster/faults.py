@@ -58,7 +58,7 @@ class Faults:
 
     # ---- packets (NodeManagers only: they alone may change their firewall) ----------------------
     def _iptables(self, name: str, *rule: str, check: bool = True):
-        return docker("exec", self.container(name), "iptables", "-w", *rule, check=check)
+        return docker("exec", self.container(name), "/usr/sbin/iptables", "-w", *rule, check=check)
 
     def cut(self, name: str, peer: str, port: int | None = None) -> None:
         """Drop what `name` sends to `peer` (a daemon name or an address), and what it receives

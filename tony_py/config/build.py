@@ -168,8 +168,18 @@ def _timeouts(conf: TonyConf) -> dict:
         progress_timeout_ms=int_of(conf, "tony.task.progress-timeout-ms", 0, minimum=0),
         after_chief_timeout_ms=int_of(conf, "tony.application.after-chief-timeout-ms", 300_000, minimum=-1),
         am_lost_timeout_s=int_of(conf, "tony.task.executor.am-lost-timeout-sec", 60, minimum=1),
+        lease_s=_lease_s(conf),
         client_stop_wait_s=int_of(conf, "tony.am.wait-client-signal-stop-timeout-sec", 15, minimum=0),
     )
+
+
+def _lease_s(conf: TonyConf) -> int:
+    lease = int_of(conf, "tony.task.executor.lease-sec", 10, minimum=1)
+    interval_ms = int_of(conf, "tony.task.heartbeat-interval-ms", 1000, minimum=100)
+    if lease * 1000 < 2 * interval_ms:
+        raise ConfigError("tony.task.executor.lease-sec", f"{lease} s is less than two heartbeat intervals "
+                                                          f"(tony.task.heartbeat-interval-ms={interval_ms})")
+    return lease
 
 
 def _environment(conf: TonyConf, execution_env: dict) -> dict:
@@ -181,6 +191,8 @@ def _environment(conf: TonyConf, execution_env: dict) -> dict:
         container_env=parse_env_list(conf.get("tony.containers.envs"), "tony.containers.envs", for_yarn=True),
         cache_visibility=choice_of(conf, "tony.staging.cache-visibility", CACHE_VISIBILITIES, "PRIVATE"),
         other_namenodes=list_of(conf, "tony.other.namenodes"),
+        view_acls=list_of(conf, "tony.application.view-acls"),
+        diagnostics_include_logs=bool_of(conf, "tony.application.diagnostics.include-logs", False),
         history_retention_s=int_of(conf, "tony.history.retention-sec", 30 * 24 * 3600, minimum=0),
         portal_url=_portal_url(conf),
     )

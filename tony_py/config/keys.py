@@ -26,7 +26,8 @@ tony.am.max-attempts tony.am.python
 tony.task.heartbeat-interval-ms tony.task.max-missed-heartbeats tony.task.metrics-interval-ms
 tony.task.executor.execution-timeout-ms tony.task.executor.registry-timeout-sec tony.task.max-total-instances
 tony.task.max-total-gpus tony.task.progress-timeout-ms tony.task.max-failures-per-node
-tony.task.executor.am-lost-timeout-sec
+tony.task.executor.am-lost-timeout-sec tony.task.executor.lease-sec
+tony.application.view-acls tony.application.diagnostics.include-logs
 tony.container.allocation.timeout tony.container.registration.timeout
 tony.containers.command tony.containers.envs tony.containers.resources tony.execution.envs
 tony.executor.python tony.staging.cache-visibility

@@ -126,6 +126,9 @@ class JobSpec(Checked):
     max_failures_per_node: int = 3
     am_max_attempts: int = 2
     am_lost_timeout_s: int = 60
+    lease_s: int = 10  # an executor cut off from its AM this long kills its task (executor/lease.py)
+    view_acls: tuple[str, ...] = ()  # who else sees the job's detail through YARN's proxy ("*": all)
+    diagnostics_include_logs: bool = False  # stderr tails and tracebacks in YARN's diagnostics too
     client_stop_wait_s: int = 15
     command: str | None = None
     container_env: dict[str, str] = field(default_factory=dict)
@@ -174,6 +177,8 @@ class JobSpec(Checked):
                 raise ModelError(f"job type {t.name} has no command")
         if self.heartbeat_interval_ms < 100 or self.max_missed_heartbeats < 1 or self.am_max_attempts < 1:
             raise ModelError("heartbeat settings out of range")
+        if self.lease_s * 1000 < 2 * self.heartbeat_interval_ms:
+            raise ModelError("the lease must last at least two heartbeat intervals")
         names = set(self.type_names())
         staged = [t for stage in self.stages for t in stage]
         if self.stages and (sorted(staged) != sorted(names) or len(self.stages) != 2):

@@ -3,7 +3,9 @@
 Standard library only: the executor runs on cluster nodes with nothing but a python3 and what
 the client shipped. Requests are signed with the app secret and answers must be signed for
 them (tony_py/auth.py): the secret itself never crosses the network, and an answer from
-anything but the job's AM is treated like no answer at all.
+anything but the job's AM is treated like no answer at all, whatever its status says. Answers
+are read up to a size cap before their signature is checked. Every signed answer renews the
+executor's lease on its task (lease.py), from when its request was sent.
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ import logging
 import time
 import urllib.parse
 
-from tony_py.auth import AuthError, KeepAlive, Signer, UnsignedAnswer, call_signed, json_answer
+from tony_py.auth import AuthError, KeepAlive, Signer, call_signed, json_answer
+from tony_py.executor.lease import Lease
 
 log = logging.getLogger("tony.executor.channel")
+
+MAX_ANSWER = 4 << 20  # a JSON answer (a large TensorFlow job's spec is well under it)
+MAX_SRC_ANSWER = 9 << 20  # the zipped src_dir the AM serves (at most 8 MiB: am/launch.py)
 
 
 class AmUnreachable(Exception):
@@ -30,30 +36,38 @@ class RequestRefused(Exception):
 
 
 class AmChannel:
-    def __init__(self, base_url: str, signer: Signer, give_up_after_s: float):
+    def __init__(self, base_url: str, signer: Signer, give_up_after_s: float, lease: Lease | None = None):
         self.base_url = base_url.rstrip("/")
         self.signer = signer
         self.give_up_after_s = give_up_after_s
+        self.lease = lease or Lease(give_up_after_s)
+        self.last_contact = time.monotonic()  # when the AM last answered (giving up counts from it)
+        self.connection = KeepAlive()  # one connection for the executor's calls, not one each
+
+    def heard(self, sent_at: float) -> None:
+        """The AM answered (signed, not an error of its own) a request sent at `sent_at`."""
         self.last_contact = time.monotonic()
-        self.connection = KeepAlive()  # heartbeats every second: one connection, not one each
+        self.lease.renew(sent_at)
 
     def call(self, method: str, target: str, body: dict | None = None, timeout: float = 10.0) -> tuple[int, dict | None]:
         """Retries failed connections, server errors and unsigned or garbled answers until the AM
         has been silent for give_up_after_s. A signed client error is final."""
-        return self._call(method, target, body, timeout, json_answer)
+        return self._call(method, target, body, timeout, json_answer, MAX_ANSWER)
 
-    def call_raw(self, method: str, target: str, body: dict | None = None,
-                 timeout: float = 10.0) -> tuple[int, bytes]:
+    def call_raw(self, method: str, target: str, body: dict | None = None, timeout: float = 10.0,
+                 max_bytes: int = MAX_SRC_ANSWER) -> tuple[int, bytes]:
         """call, for an answer that need not be JSON (the src_dir archive)."""
-        return self._call(method, target, body, timeout, bytes)
+        return self._call(method, target, body, timeout, bytes, max_bytes)
 
-    def _call(self, method: str, target: str, body: dict | None, timeout: float, parse):
+    def _call(self, method: str, target: str, body: dict | None, timeout: float, parse, max_bytes: int):
         delay = 0.2
         while True:
+            sent_at = time.monotonic()
             try:
                 status, raw = call_signed(self.signer, self.base_url, method, target, body, timeout,
-                                          keep_alive=self.connection)
-                self.last_contact = time.monotonic()
+                                          keep_alive=self.connection, max_bytes=max_bytes)
+                if status < 500:
+                    self.heard(sent_at)
                 if status < 400:
                     return status, parse(raw)
                 try:
@@ -63,12 +77,8 @@ class AmChannel:
                 if status < 500:
                     raise RequestRefused(status, detail)
                 error: Exception = RuntimeError(f"HTTP {status}: {detail}")
-            except UnsignedAnswer as exc:
-                if exc.status == 413:  # too large to be checked, so unsigned: the details must go
-                    raise RequestRefused(413, "request too large") from None
-                error = exc
             except (AuthError, OSError, TimeoutError, ValueError) as exc:
-                error = exc
+                error = exc  # an unsigned answer (UnsignedAnswer) says nothing, whatever its status
             silent = time.monotonic() - self.last_contact
             if silent > self.give_up_after_s:
                 raise AmUnreachable(f"no valid answer from the AM at {self.base_url} for {silent:.0f} s: {error}") from None
@@ -96,6 +106,6 @@ class AmChannel:
 
     def wait_spec(self, task: str, attempt: int, container: str, timeout: float = 20.0) -> dict | None:
         query = urllib.parse.urlencode({"task": task, "attempt": attempt, "container": container, "timeout": timeout})
-        status, answer = self.call("GET", f"/v1/spec?{query}", timeout=timeout + 10)
+        status, answer = self.call("GET", f"/v1/spec?{query}", timeout=timeout + 10)  # (the AM waits up to timeout)
         return answer if status == 200 else None
 

@@ -114,6 +114,7 @@ class ControlServer:
         self.verifier = verifier
         self.httpd = _Server((socket.gethostbyname(host), 0), _handler(self))
         self.address, self.port = self.httpd.server_address[:2]
+        verifier.receiver = f"{host}:{self.port}"  # the AM addresses it by the node's name (its control_url)
         threading.Thread(target=self.httpd.serve_forever, name="executor-control", daemon=True).start()
 
     def switch_am(self, url: str) -> None:

@@ -89,6 +89,21 @@ class UserProcess:
         except psutil.Error:
             return []
 
+    def kill_now(self) -> None:
+        """SIGKILL the process group (and strays that left it) at once, from any thread, without
+        waiting: fencing (heartbeats.py) may not let the task run a moment longer. kill_group,
+        later, reaps and tidies up."""
+        strays = self._descendants()  # before the group dies and its children are reparented
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for proc in strays:
+            try:
+                proc.kill()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
     def kill_group(self, grace_s: float = 5.0) -> None:
         """SIGTERM the whole process group (and strays that left it), then SIGKILL."""
         strays = self._descendants()

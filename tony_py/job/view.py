@@ -60,20 +60,24 @@ def root_cause(failures) -> Failure | None:
     return min((f for f in failures if f.attempt == last), key=lambda f: f.time)
 
 
-def diagnostics(view: JobView) -> str:
-    """What YARN records as the application's diagnostics (and the client prints)."""
+def diagnostics(view: JobView, details: bool = True) -> str:
+    """The verdict, the root cause and the other failures. With details (the client's copy, the
+    job's history), also the root cause's traceback and stderr tail; without (YARN's
+    application diagnostics, which every user of a cluster without ACLs may read), not."""
     if view.final_status is None:
         return ""
     lines = [f"TonY-py job {view.final_status}: {view.message}"]
     cause = view.root_cause() if view.final_status != "SUCCEEDED" else None
     if cause is not None:
         lines.append(f"Root cause: {cause.headline()}")
-        if cause.error and cause.error.get("traceback"):
+        if details and cause.error and cause.error.get("traceback"):
             lines.append("--- traceback (from the task's error file) ---")
             lines.append(cause.error["traceback"].rstrip()[-3000:])
-        if cause.stderr_tail:
+        if details and cause.stderr_tail:
             lines.append(f"--- last lines of {cause.task} stderr ---")
             lines.append(cause.stderr_tail.rstrip()[-4000:])
+        elif cause.stderr_tail or (cause.error and cause.error.get("traceback")):
+            lines.append(f"(its stderr and traceback: `tony logs <app> --task {cause.task} --file stderr`)")
     others = [f for f in view.failures if f is not cause]
     if others:
         lines.append(("Other failures (in order): " if cause else "Failures the job tolerated: ")

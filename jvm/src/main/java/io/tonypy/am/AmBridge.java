@@ -23,6 +23,7 @@ import org.apache.hadoop.security.Credentials;
 import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.hadoop.security.token.Token;
 import org.apache.hadoop.yarn.api.ApplicationConstants;
+import org.apache.hadoop.yarn.api.protocolrecords.AllocateResponse;
 import org.apache.hadoop.yarn.api.protocolrecords.RegisterApplicationMasterResponse;
 import org.apache.hadoop.yarn.api.records.ApplicationAttemptId;
 import org.apache.hadoop.yarn.api.records.Container;
@@ -43,7 +44,9 @@ import org.apache.hadoop.yarn.api.records.UpdatedContainer;
 import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
 import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
 import org.apache.hadoop.yarn.client.api.async.NMClientAsync;
+import org.apache.hadoop.yarn.client.api.impl.AMRMClientImpl;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
+import org.apache.hadoop.yarn.exceptions.YarnException;
 import org.apache.hadoop.yarn.security.AMRMTokenIdentifier;
 import org.apache.hadoop.yarn.util.constraint.PlacementConstraintParser;
 import org.apache.hadoop.yarn.util.resource.ResourceUtils;
@@ -67,6 +70,8 @@ public final class AmBridge {
   private ByteBuffer taskTokens;
   private volatile float progress;
   private volatile boolean unregistered;
+  /** When the RM last answered this attempt (System.nanoTime): its lease on the application. */
+  private volatile long rmAnsweredNanos = System.nanoTime();
 
   public AmBridge() {
     String cid = System.getenv(ApplicationConstants.Environment.CONTAINER_ID.name());
@@ -124,7 +129,7 @@ public final class AmBridge {
    */
   public void start(int heartbeatMs, String secretAlias, String appSecret) throws IOException {
     taskTokens = taskTokens(secretAlias, appSecret);
-    amrm = AMRMClientAsync.createAMRMClientAsync(heartbeatMs, new RmHandler());
+    amrm = AMRMClientAsync.createAMRMClientAsync(new RmLeaseClient(), heartbeatMs, new RmHandler());
     amrm.init(conf);
     amrm.start();
     nm = NMClientAsync.createNMClientAsync(new NmHandler());
@@ -165,6 +170,7 @@ public final class AmBridge {
       constraints.put(java.util.Collections.singleton(""), PlacementConstraintParser.parseExpression(placementSpec).build());
       r = amrm.registerApplicationMaster(host, port, trackingUrl, constraints);
     }
+    rmAnsweredNanos = System.nanoTime();
     ResourceUtils.reinitializeResources(r.getResourceTypes());
     Map<String, Object> out = new LinkedHashMap<>();
     out.put("max_capability", resourceMap(r.getMaximumResourceCapability()));
@@ -330,7 +336,45 @@ public final class AmBridge {
     return m;
   }
 
+  /** Whether the cluster enforces application ACLs (yarn.acl.enable): who may see a job. */
+  public boolean aclsEnabled() {
+    return conf.getBoolean(YarnConfiguration.YARN_ACL_ENABLE, YarnConfiguration.DEFAULT_YARN_ACL_ENABLE);
+  }
+
+  /** Milliseconds since the RM last answered this attempt's heartbeat. */
+  public long rmSilentMs() {
+    return TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - rmAnsweredNanos);
+  }
+
+  /** How long the RM lets an AM attempt be silent before it ends it and starts the next one. */
+  public long amExpiryMs() {
+    return conf.getLong(YarnConfiguration.RM_AM_EXPIRY_INTERVAL_MS, YarnConfiguration.DEFAULT_RM_AM_EXPIRY_INTERVAL_MS);
+  }
+
+  /** AMRMClient that notes every allocate call the RM answered (AMRMClientAsync's heartbeat). */
+  private final class RmLeaseClient extends AMRMClientImpl<ContainerRequest> {
+    @Override
+    public AllocateResponse allocate(float progressIndicator) throws YarnException, IOException {
+      AllocateResponse response = super.allocate(progressIndicator);
+      rmAnsweredNanos = System.nanoTime();
+      return response;
+    }
+  }
+
   private final class RmHandler extends AMRMClientAsync.AbstractCallbackHandler {
+    /** Containers of earlier attempts the RM names only now (they were not recovered yet at registration). */
+    @Override
+    public void onContainersReceivedFromPreviousAttempts(List<Container> previous) {
+      List<Map<String, Object>> described = new ArrayList<>();
+      for (Container c : previous) {
+        containers.put(c.getId().toString(), c);
+        described.add(describe(c));
+      }
+      Map<String, Object> body = new LinkedHashMap<>();
+      body.put("containers", described);
+      emit("previous_containers", body);
+    }
+
     @Override
     public void onContainersAllocated(List<Container> allocated) {
       for (Container c : allocated) {
