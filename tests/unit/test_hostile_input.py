@@ -603,13 +603,13 @@ def test_yarn_gets_no_stderr_and_no_traceback_by_default(tmp_path):
 
 
 @pytest.mark.parametrize("cookie,acls,enforced,detail", [
-    (None, (), False, True),  # an RM that names nobody, on a cluster without ACLs: as YARN shows
-    (None, (), True, False),  # ... with ACLs enforced: states only
-    ("proxy-user=alice", (), True, True),  # the job's owner
-    ("proxy-user=mallory", (), True, False),
-    ("proxy-user=mallory", (), False, False),  # named, and not allowed
+    ("proxy-user=alice", (), True, True),  # ACLs enforced: the job's owner
+    ("proxy-user=mallory", (), True, False),  # ... and nobody else
+    (None, (), True, False),  # ... nor a proxy that names nobody
     ("proxy-user=bob", ("bob",), True, True),  # tony.application.view-acls
     ("proxy-user=mallory", ("*",), True, True),
+    ("proxy-user=dr.who", (), False, True),  # no ACLs: YARN shows every job to everyone, so do we
+    (None, (), False, True),
 ])
 def test_through_the_proxy_detail_goes_to_the_owner_and_the_view_acls(tmp_path, cookie, acls, enforced, detail):
     h = Harness(tmp_path, "tony.worker.instances=1")
@@ -628,3 +628,36 @@ def test_through_the_proxy_detail_goes_to_the_owner_and_the_view_acls(tmp_path, 
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_horovods_rendezvous_listens_on_the_nodes_address_not_every_address(monkeypatch):
+    """Horovod's own RendezvousServer.start binds every address; the driver binds the node's.
+    (Horovod is not installed here: its two classes the driver uses stand in, with its API.)"""
+    import sys
+    import types
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from tony_py.frameworks import horovod_driver
+
+    bound = []
+
+    class RendezvousHTTPServer(HTTPServer):
+        def __init__(self, addr, handler, verbose):
+            bound.append(addr)
+            super().__init__(addr, handler)
+
+        def init(self, plan):
+            self.plan = plan
+
+    http_server = types.SimpleNamespace(RendezvousHTTPServer=RendezvousHTTPServer,
+                                        RendezvousHandler=BaseHTTPRequestHandler)
+    hosts = types.SimpleNamespace(parse_hosts=lambda s: [types.SimpleNamespace(slots=1) for _ in s.split(",")],
+                                  get_host_assignments=lambda hs, n: ["plan"] * n)
+    for name, module in {"horovod": types.SimpleNamespace(), "horovod.runner": types.SimpleNamespace(),
+                         "horovod.runner.http": types.SimpleNamespace(), "horovod.runner.http.http_server": http_server,
+                         "horovod.runner.common": types.SimpleNamespace(),
+                         "horovod.runner.common.util": types.SimpleNamespace(),
+                         "horovod.runner.common.util.hosts": hosts}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    port = horovod_driver.rendezvous("127.0.0.1", "h1:1,h2:1")
+    assert bound == [("127.0.0.1", 0)] and port > 0

@@ -65,15 +65,15 @@ def status(view: JobView, log_url: LogUrl) -> dict:
 
 
 def proxy_viewers(owner: str, view_acls: tuple[str, ...], acls_enabled: bool) -> Callable[[str | None], bool]:
-    """Who sees full detail through YARN's web proxy, which names the user it relays for in its
-    proxy-user cookie (as Hadoop's AmIpFilter reads it): the job's owner and the users of
-    tony.application.view-acls ("*": everyone), as MapReduce's AM does with its view ACL. A proxy
-    that names nobody (an RM that authenticates no one) relays detail only where the cluster
-    enforces no ACLs (yarn.acl.enable=false), where YARN itself shows every job to everyone."""
+    """Who sees full detail through YARN's web proxy, as MapReduce's AM decides with its view ACL:
+    where the cluster enforces ACLs (yarn.acl.enable), the job's owner and the users of
+    tony.application.view-acls ("*": everyone), named by the proxy's proxy-user cookie (as
+    Hadoop's AmIpFilter reads it; no cookie: nobody); where it does not, everyone, as YARN itself
+    then shows every job to everyone (its web UI's anonymous user, dr.who, included)."""
     def allowed(user: str | None) -> bool:
-        if user is None:
-            return not acls_enabled
-        return user == owner or "*" in view_acls or user in view_acls
+        if not acls_enabled:
+            return True
+        return user is not None and (user == owner or "*" in view_acls or user in view_acls)
     return allowed
 
 

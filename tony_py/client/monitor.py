@@ -197,8 +197,10 @@ class Monitor:
         final = r.get("final_status")
         where = "" if r.get("local") else f" (YARN state {r.get('state')})"
         print(f"{self.job.app_id} finished: {final}{where}", file=self.out, flush=True)
-        diagnostics = (r.get("diagnostics") or "").strip()
         status = self.job.am_status or {}
+        # the AM's own copy first: it has the root cause's stderr tail and traceback, which YARN's
+        # (readable by every user of a cluster without ACLs) leaves out
+        diagnostics = (status.get("diagnostics") or r.get("diagnostics") or "").strip()
         if final != "SUCCEEDED" and diagnostics:
             print(diagnostics, file=self.out, flush=True)
         elif status.get("diagnostics") and not self.quiet:

@@ -5,6 +5,9 @@ The plan comes from CLUSTER_WORKER_LIST (host:slots,…), Horovod's own parse_ho
 get_host_assignments. The port is written to $TONY_CALLBACK_FILE; the executor reports it to the
 AM, which then starts the workers. TonY's test mode (tony.horovod.mode.test) starts no server
 and reports port 9999; its fast-fail variant exits 1 at once.
+
+The server listens on this node's address only: Horovod's RendezvousServer.start binds every
+address, and its rendezvous, like every framework's own ports, is unauthenticated by design.
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
+import threading
 import time
 
 from tony_py.frameworks.horovod import TEST_MODE_PORT
@@ -26,6 +31,21 @@ def report(port: int) -> None:
     os.replace(f"{path}.tmp", path)
 
 
+def rendezvous(address: str, workers: str) -> int:
+    """Horovod's rendezvous server for the workers' plan, on `address`; its port."""
+    try:
+        from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
+        from horovod.runner.http.http_server import RendezvousHandler, RendezvousHTTPServer
+    except ImportError as exc:
+        raise SystemExit(f"Horovod is not installed in the job's Python environment ({exc}); install it "
+                         "(with gloo) into the venv, or set tony.horovod.mode.test=true to check the set-up")
+    hosts = parse_hosts(workers)
+    server = RendezvousHTTPServer((address, 0), RendezvousHandler, 1)
+    server.init(get_host_assignments(hosts, sum(h.slots for h in hosts)))
+    threading.Thread(target=server.serve_forever, name="rendezvous", daemon=True).start()
+    return server.server_address[1]
+
+
 @record
 def main() -> int:
     workers = os.environ["CLUSTER_WORKER_LIST"]
@@ -37,16 +57,7 @@ def main() -> int:
     if mode:
         report(TEST_MODE_PORT)
     else:
-        try:
-            from horovod.runner.common.util.hosts import get_host_assignments, parse_hosts
-            from horovod.runner.http.http_server import RendezvousServer
-        except ImportError as exc:
-            raise SystemExit(f"Horovod is not installed in the job's Python environment ({exc}); install it "
-                             "(with gloo) into the venv, or set tony.horovod.mode.test=true to check the set-up")
-        hosts = parse_hosts(workers)
-        server = RendezvousServer(verbose=1)
-        port = server.start()
-        server.init(get_host_assignments(hosts, sum(h.slots for h in hosts)))
+        port = rendezvous(socket.gethostbyname(os.environ.get("NM_HOST") or socket.getfqdn()), workers)
         report(port)
         print(f"horovod driver: rendezvous server on port {port}", flush=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))

@@ -1,5 +1,5 @@
 """The multi-host tests' cluster: every daemon its own host (tony_py/cluster/docker.py), three
-NodeManagers, started once per test session by the same launcher users run
+NodeManagers, started once for these tests (and stopped after them) by the same launcher users run
 (`tony cluster up --docker`). Here `cluster` is that cluster, so the parent conftest's fixtures
 (`tony`, `probe_args`, the leftover check) work on it unchanged.
 
@@ -26,7 +26,7 @@ from tony_py.cluster.faults import Faults
 NODES = 3
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # down again before the rest of the suite: its 2 cores are shared
 def cluster(request) -> Cluster:
     usable, why = engine_available()
     if not usable:

@@ -1,0 +1,42 @@
+"""The fault tests' judge (tests/integration/jobs/stepper.py): it must see two live copies of a
+task writing, and must not see one where copies took turns."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration" / "jobs"))
+
+from stepper import split_brain, writers  # noqa: E402
+
+
+def step(task, container, pid, n, t, host="nm1"):
+    return {"task": task, "container": container, "pid": pid, "host": host, "attempt": 0, "step": n, "t": t}
+
+
+def test_copies_that_took_turns_are_no_split_brain():
+    steps = [step("worker:0", "c1", 10, n, n) for n in range(1, 6)]
+    steps += [step("worker:0", "c2", 20, n, 10 + n, host="nm2") for n in range(5, 9)]  # one step redone
+    steps += [step("worker:1", "c3", 30, n, n) for n in range(1, 9)]
+    assert split_brain(steps) == []
+    ws = writers(steps)
+    assert [w.container for w in ws["worker:0"]] == ["c1", "c2"] and ws["worker:0"][1].first_step == 5
+
+
+def test_a_stale_copy_writing_after_its_replacement_started_is_split_brain():
+    steps = [step("worker:0", "c1", 10, n, n) for n in range(1, 6)]
+    steps += [step("worker:0", "c2", 20, n, n - 0.5) for n in range(4, 8)]  # started at 3.5; c1 wrote until 5
+    found = split_brain(steps)
+    assert len(found) == 1 and "c1" in found[0] and "c2" in found[0]
+
+
+def test_one_late_step_after_a_thaw_is_enough():
+    steps = [step("worker:0", "c1", 10, n, n) for n in range(1, 4)]
+    steps += [step("worker:0", "c2", 20, n, 10 + n) for n in range(4, 7)]
+    steps.append(step("worker:0", "c1", 10, 4, 20.0))  # the frozen copy, thawed, wrote once more
+    assert len(split_brain(steps)) == 1
+
+
+def test_the_same_container_restarted_in_place_is_a_new_writer():
+    steps = [step("worker:0", "c1", 10, n, n) for n in range(1, 4)]
+    steps += [step("worker:0", "c1", 11, n, 5 + n) for n in range(3, 6)]  # a new pid: the next attempt
+    assert split_brain(steps) == [] and len(writers(steps)["worker:0"]) == 2
