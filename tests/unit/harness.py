@@ -17,6 +17,7 @@ class FakePort:
     def __init__(self):
         self.requests, self.launched, self.stopped, self.released, self.cancelled = [], [], [], [], []
         self.blacklisted = []
+        self.nodes = 10  # what YARN reports as the cluster's node count
 
     def request(self, request_id, task_type, count):
         self.requests.append((task_type.name, count))
@@ -41,6 +42,12 @@ class FakePort:
 
     def blacklist(self, node_id):
         self.blacklisted.append(node_id)
+
+    def unblacklist(self, node_id):
+        self.blacklisted.remove(node_id)
+
+    def node_count(self):
+        return self.nodes
 
 
 class Clock:

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from harness import Harness, served_cluster
+from tony_py.am import recovery
 from tony_py.am.state import JobState
 from tony_py.am.failover import AmSnapshot
 from tony_py.job.records import TaskState
@@ -276,6 +277,36 @@ def test_node_with_repeated_failures_is_blacklisted(tmp_path):
     h.c.on_started("c2")
     h.c.on_completed("c2", -100, "lost")
     assert h.port.blacklisted == [node]
+
+
+def test_a_node_whose_executor_went_silent_gets_no_replacement_for_a_while(tmp_path):
+    """YARN still counts the node healthy (only its path to the AM is cut): a replacement put
+    there would be cut off as well and cost a second restart."""
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=2")
+    h.bring_up()
+    silent = h.c.tasks["worker:1"].container.node_id
+    h.clock.now += 3
+    h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {})
+    h.clock.now += 3  # worker:1 silent for 6 s: past the 5 s expiry
+    h.c.tick()
+    assert h.c.restarts_used == 1 and h.port.blacklisted == [silent]
+    h.clock.now += recovery.AVOID_NODE_S - 1
+    h.c.heartbeat("worker:0", 1, h.containers["worker:0"], {})
+    h.c.tick()
+    assert h.port.blacklisted == [silent]
+    h.clock.now += 1
+    h.c.tick()
+    assert h.port.blacklisted == []  # given back to YARN's scheduling
+
+
+def test_the_last_node_of_a_cluster_is_never_avoided(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.am.retry-count=2")
+    h.port.nodes = 1
+    h.bring_up()
+    h.clock.now += 6
+    h.c.tick()
+    assert h.c.restarts_used == 1 and h.port.blacklisted == []
+    assert any("last node" in e["message"] for e in h.c.events.recent)
 
 
 # ---- AM fail-over ------------------------------------------------------------------------------

@@ -46,6 +46,8 @@ class ClusterPort(Protocol):
     def set_progress(self, progress: float) -> None: ...
     def set_heartbeat_interval(self, ms: int) -> None: ...
     def blacklist(self, node_id: str) -> None: ...
+    def unblacklist(self, node_id: str) -> None: ...
+    def node_count(self) -> int: ...
 
 
 LaunchBuilder = Callable[[Task], dict]
@@ -81,6 +83,7 @@ class Coordinator(Job):
                 case JobState.ALLOCATING | JobState.RUNNING | JobState.RESTARTING:
                     self.watchdog.check(now)
                     self._lift_fences(now)
+                    self.recovery.lift_avoided(now)
                 case JobState.FINISHING:
                     self.recovery.maybe_done()
                 case JobState.DONE:

@@ -105,6 +105,12 @@ class LocalProcessPort:
     def blacklist(self, node_id: str) -> None:
         pass  # one machine: nowhere else to go
 
+    def unblacklist(self, node_id: str) -> None:
+        pass
+
+    def node_count(self) -> int:
+        return 1
+
     # ---- internals -------------------------------------------------------------------------------
     def _wait(self, container_id: str, proc: subprocess.Popen) -> None:
         code = proc.wait()

@@ -17,6 +17,8 @@ from tony_py.job.records import Container, Failure, FailureKind, TaskState
 
 # How long FINISHING waits for stopped containers to report before giving up on them.
 FINISH_GRACE_S = 15.0
+# How long a node whose executor went silent gets no new container of the job (avoid_node).
+AVOID_NODE_S = 30.0
 # AM heartbeat to the RM: fast while containers are outstanding, relaxed afterwards.
 FAST_HEARTBEAT_MS = 200
 SLOW_HEARTBEAT_MS = 1000
@@ -88,10 +90,37 @@ class Recovery:
         count = job.node_failures[node_id] = job.node_failures.get(node_id, 0) + 1
         if node_id not in job.blacklisted and policy.blacklist_node(job.spec, count):
             job.blacklisted.add(node_id)
-            self.port.blacklist(node_id)
+            if job.avoided.pop(node_id, None) is None:  # (an avoided node is on YARN's list already)
+                self.port.blacklist(node_id)
             job.events.record(ev.NODE_BLACKLISTED, f"blacklisted {node_id} for this job: {count} task failures "
                                                    f"there (tony.task.max-failures-per-node="
                                                    f"{job.spec.max_failures_per_node})", node_id=node_id)
+
+    def avoid_node(self, node_id: str, why: str) -> None:
+        """An executor on the node went silent while YARN still counts the node healthy (its path
+        to the AM cut, the executor frozen): a replacement placed there would likely be cut off
+        too and cost a second restart. The node gets no new container for AVOID_NODE_S, unless
+        that would leave the job no node at all."""
+        job = self.job
+        if node_id in job.blacklisted:
+            return
+        if node_id not in job.avoided and len(job.blacklisted | set(job.avoided)) + 1 >= self.port.node_count():
+            job.events.record(ev.NOTE, f"not avoiding {node_id} ({why}): it is the last node the job may use",
+                              node_id=node_id)
+            return
+        if node_id not in job.avoided:
+            self.port.blacklist(node_id)
+            job.events.record(ev.NOTE, f"no new container on {node_id} for {AVOID_NODE_S:.0f} s: {why}",
+                              node_id=node_id)
+        job.avoided[node_id] = job.clock() + AVOID_NODE_S
+
+    def lift_avoided(self, now: float) -> None:
+        job = self.job
+        for node_id, until in list(job.avoided.items()):
+            if until <= now:
+                del job.avoided[node_id]
+                if node_id not in job.blacklisted:
+                    self.port.unblacklist(node_id)
 
     # ---- copies of a task (fencing.py) ----------------------------------------------------------
     def supersede(self, task: Task, why: str) -> None:

@@ -86,6 +86,7 @@ class Job:
         self.chief_done_at: float | None = None
         self.node_failures: dict[str, int] = {}
         self.blacklisted: set[str] = set()
+        self.avoided: dict[str, float] = {}  # node -> until when no new container goes there (recovery.avoid_node)
         self.timeline: dict[str, float] = {"am_started": self.started_at}
         self.dirty = True  # the snapshot for a later AM attempt is out of date
         self.last_tick: float | None = None

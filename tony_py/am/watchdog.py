@@ -62,6 +62,7 @@ class Watchdog:
             if task.attempt != job.attempt or task.released:
                 continue
             if task.kept and task.last_heartbeat is not None and now - task.last_heartbeat > expiry:
+                self._avoid_node_of(task)
                 self.recovery.replace(task, f"its executor went silent for {now - task.last_heartbeat:.1f} s before "
                                             "it came back for the restart")
                 continue
@@ -70,7 +71,12 @@ class Watchdog:
                 if timed_out[0] == FailureKind.LOST:
                     job.events.record(ev.HEARTBEAT_LOST, timed_out[1], task.name, attempt=task.attempt,
                                       silent_s=round(now - task.last_heartbeat, 3))
+                    self._avoid_node_of(task)
                 self.recovery.fail(task, *timed_out)
+
+    def _avoid_node_of(self, task) -> None:
+        if task.container is not None:
+            self.recovery.avoid_node(task.container.node_id, f"the executor of {task.name} there went silent")
 
     def _dependency_timed_out(self, dependency, running) -> None:
         job = self.job

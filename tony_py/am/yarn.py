@@ -58,8 +58,16 @@ class BridgePort:
     def set_heartbeat_interval(self, ms: int) -> None:
         self.bridge.setHeartbeatInterval(int(ms))
 
+    # YARN's blacklist holds resource names (host or rack names), not node ids (host:port): a
+    # node id there matches nothing.
     def blacklist(self, node_id: str) -> None:
-        self.bridge.updateBlacklist([node_id], [])
+        self.bridge.updateBlacklist([node_id.rsplit(":", 1)[0]], [])
+
+    def unblacklist(self, node_id: str) -> None:
+        self.bridge.updateBlacklist([], [node_id.rsplit(":", 1)[0]])
+
+    def node_count(self) -> int:
+        return self.bridge.clusterNodeCount()
 
 
 def proxy_addresses(bridge) -> frozenset[str]:

@@ -267,8 +267,14 @@ public final class AmBridge {
     }
   }
 
-  public void updateBlacklist(String[] add, String[] remove) {
-    amrm.updateBlacklist(Arrays.asList(add), Arrays.asList(remove));
+  /** Lists, not arrays: Py4J hands Python lists over as java.util.List. */
+  public void updateBlacklist(java.util.List<String> add, java.util.List<String> remove) {
+    amrm.updateBlacklist(add, remove);
+  }
+
+  /** How many NodeManagers the RM reported in its last allocate response. */
+  public int clusterNodeCount() {
+    return amrm.getClusterNodeCount();
   }
 
   public void setProgress(float p) {
