@@ -1,8 +1,8 @@
 """The docs hold together: every relative Markdown link in README.md, docs/*.md and
 docker/hadoop-cluster/README.md leads to a file or directory that exists (and, into a Markdown
-page, to a heading that exists), and every bench/results/<file> they name exists. The docs'
-numbers come from those files; a renamed result or a moved page must not leave a reader with a
-dead reference."""
+page, to a heading that exists), and every benchmark (bench/<name>.py) and bench/results/<file>
+they name exists. The docs' numbers come from those files; a renamed result, a benchmark that
+never landed or a moved page must not leave a reader with a dead reference."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*(<[^>]*>|[^)\s]+)(?:\s+\"[^\"]*\")?\s*\)")
 # [label]: target (reference-style definitions)
 REFERENCE = re.compile(r"^ {0,3}\[[^\]]+\]:\s*(<[^>]*>|\S+)", re.M)
-RESULT = re.compile(r"bench/results/[A-Za-z0-9_.\-]+")
+BENCH_FILE = re.compile(r"bench/(?:results/[A-Za-z0-9_.\-]+|[A-Za-z0-9_]+\.py)")
 FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1[^\n]*$", re.M | re.S)
 CODE_SPAN = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
 HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.M)
@@ -70,9 +70,9 @@ def broken_links(doc: Path) -> list[str]:
     return problems
 
 
-def missing_results(doc: Path, root: Path = ROOT) -> list[str]:
-    """'<doc>: bench/results/<file>' for each results file the doc names that does not exist."""
-    names = {m.group(0).rstrip(".") for m in RESULT.finditer(doc.read_text(encoding="utf-8"))}
+def missing_bench_files(doc: Path, root: Path = ROOT) -> list[str]:
+    """'<doc>: bench/…' for each benchmark or results file the doc names that does not exist."""
+    names = {m.group(0).rstrip(".") for m in BENCH_FILE.finditer(doc.read_text(encoding="utf-8"))}
     return [f"{doc.name}: {name}" for name in sorted(names) if not (root / name).exists()]
 
 
@@ -86,8 +86,8 @@ def test_every_relative_link_leads_somewhere():
     assert [p for doc in doc_files() for p in broken_links(doc)] == []
 
 
-def test_every_bench_result_named_exists():
-    assert [p for doc in doc_files() for p in missing_results(doc)] == []
+def test_every_benchmark_and_result_named_exists():
+    assert [p for doc in doc_files() for p in missing_bench_files(doc)] == []
 
 
 def test_every_docs_page_is_linked_from_the_readme():
@@ -108,14 +108,14 @@ def _tree(tmp_path: Path, readme: str) -> Path:
 
 def test_a_missing_file_an_unknown_heading_and_a_missing_result_are_reported(tmp_path):
     doc = _tree(tmp_path, "[gone](docs/gone.md), [guide](docs/guide.md#three-words), ![plot](bench/results/x.png)\n"
-                          "Numbers: `bench/results/kept.json`, bench/results/lost-2core.json.\n"
+                          "Numbers: `bench/results/kept.json`, bench/results/lost-2core.json, by bench/gone.py.\n"
                           "[ref]: docs/also-gone.md\n")
     assert broken_links(doc) == ["README.md: docs/gone.md (no such file)",
                                  "README.md: docs/guide.md#three-words (no such heading)",
                                  "README.md: bench/results/x.png (no such file)",
                                  "README.md: docs/also-gone.md (no such file)"]
-    assert missing_results(doc, tmp_path) == ["README.md: bench/results/lost-2core.json",
-                                              "README.md: bench/results/x.png"]
+    assert missing_bench_files(doc, tmp_path) == ["README.md: bench/gone.py", "README.md: bench/results/lost-2core.json",
+                                                  "README.md: bench/results/x.png"]
 
 
 def test_good_links_web_links_and_code_pass(tmp_path):
@@ -123,7 +123,7 @@ def test_good_links_web_links_and_code_pass(tmp_path):
                           "[web](https://example.com/x.md), [mail](mailto:a@b.c), <https://example.com>\n"
                           "`[not](a-link.md)`\n\n```\n[not](a-link-either.md) bench/results/kept.json\n```\n")
     assert broken_links(doc) == []
-    assert missing_results(doc, tmp_path) == []
+    assert missing_bench_files(doc, tmp_path) == []
 
 
 def test_anchors_follow_githubs_rules():

@@ -9,84 +9,13 @@ the fault must have cost exactly one gang restart.
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
 import time
-from pathlib import Path
 
-from support import JOBS, PYTHON, ROOT, Background, Run, wait_for
-
-sys.path.insert(0, str(JOBS))
-from stepper import read_steps, split_brain, writers  # noqa: E402
-
-LEASE_S = 10.0  # tony.task.executor.lease-sec's default
-
-
-class StepperJob:
-    """A stepper job on the Docker cluster, and what its steps and its history say."""
-
-    def __init__(self, cluster, tmp_path, *conf: str, steps: int = 150, workers: int = 3, step_time: float = 0.2):
-        self.cluster = cluster
-        self.dir = Path(cluster.launcher.load_state().shared_dir) / tmp_path.name
-        args = ["--src_dir", str(JOBS), "--executes", "stepper.py", "--python_binary_path", "/usr/bin/python3",
-                "--task_params", f"--dir {self.dir} --steps {steps} --step-time {step_time}",
-                "--conf", "tony.application.framework=pytorch", "--conf", f"tony.worker.instances={workers}",
-                "--conf", "tony.worker.memory=512m", "--conf", "tony.am.memory=512m",
-                "--conf", "tony.am.retry-count=2", "--conf", "tony.am.max-attempts=2"]
-        for c in conf:
-            args += ["--conf", c]
-        self.job = Background(cluster, args)
-        self.workers = workers
-
-    @property
-    def app_id(self) -> str | None:
-        return self.job.app_id
-
-    def steps(self) -> list[dict]:
-        return read_steps(self.dir) if self.dir.exists() else []
-
-    def wait_training(self, min_steps: int = 10, timeout: float = 180) -> None:
-        def every_task_stepping():
-            by_task = writers(self.steps())
-            return len(by_task) == self.workers and all(ws[-1].steps >= min_steps for ws in by_task.values())
-
-        wait_for(every_task_stepping, timeout, f"every task to take {min_steps} steps")
-
-    def am_daemon(self) -> str:
-        host = self.cluster.app(self.app_id)["amHostHttpAddress"].rsplit(":", 1)[0]
-        return self.cluster.daemon_on(host)
-
-    def victim(self) -> tuple[str, str]:
-        """(task, daemon) of a worker on a node other than the AM's."""
-        am = self.am_daemon()
-        for task, ws in sorted(writers(self.steps()).items()):
-            daemon = self.cluster.daemon_on(ws[-1].host)
-            if daemon != am:
-                return task, daemon
-        raise AssertionError("every worker runs on the AM's node")
-
-    def finish(self, timeout: float = 300) -> Run:
-        return self.job.wait(timeout=timeout)
-
-    def history(self) -> dict:
-        proc = subprocess.run([PYTHON, "-m", "tony_py.cli", "history", "show", self.app_id, "--events", "--json"],
-                              cwd=ROOT, env=self.cluster.env(), capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
-
-
-def node_processes(cluster, daemon: str, pattern: str) -> list[str]:
-    """Processes inside a node whose command line has `pattern` (its own PID namespace)."""
-    out = cluster.run_on(daemon, "ps", "-eo", "pid,args", check=False).stdout
-    return [line.strip() for line in out.splitlines()[1:] if pattern in line and "ps -eo" not in line]
-
-
-def stale_writers(job: StepperJob, fault_at: float, hosts: set[str] | None = None) -> list:
-    """The copies that were writing when the fault struck (on these hosts only, if given)."""
-    return [w for ws in writers(job.steps()).values() for w in ws
-            if w.first < fault_at and (hosts is None or w.host in hosts)]
+from multihost.faultjob import (LEASE_S, StepperJob, am_address, executor_pid, host_of, node_processes,
+                                resumed_at, stale_writers, wait_resumed)
+from stepper import split_brain, writers  # jobs/ is on the path once faultjob is imported
+from support import Run, wait_for
 
 
 def assert_one_clean_recovery(job: StepperJob, run: Run, fault_at: float, hosts: set[str] | None,
@@ -96,6 +25,9 @@ def assert_one_clean_recovery(job: StepperJob, run: Run, fault_at: float, hosts:
     assert run.rc == 0, run.output[-4000:]
     steps = job.steps()
     assert split_brain(steps) == []
+    # the plain client output names the host of every running task
+    assert {int(i) for i, host in re.findall(r"worker:(\d+)\s+RUNNING\s+on (\S+)", run.stdout)
+            if host.endswith(".tony.test")} == set(range(job.workers)), run.stdout[-3000:]
     cut_off = stale_writers(job, fault_at, hosts)
     assert cut_off and all(w.last <= fault_at + stopped_within_s for w in cut_off), \
         [(w.task, w.host, round(w.last - fault_at, 2)) for w in cut_off]
@@ -105,23 +37,9 @@ def assert_one_clean_recovery(job: StepperJob, run: Run, fault_at: float, hosts:
     return history
 
 
-def resumed_at(job: StepperJob, fault_at: float) -> float:
-    """When every task was stepping again after the fault (each has a writer that started later)."""
-    return max(min(w.first for w in ws if w.first > fault_at) for ws in writers(job.steps()).values())
-
-
-def wait_resumed(job: StepperJob, fault_at: float, task: str, timeout: float = 120) -> None:
-    wait_for(lambda: any(w.first > fault_at for w in writers(job.steps()).get(task, [])), timeout,
-             f"{task} to step on in a new copy")
-
-
-def host_of(cluster, daemon: str) -> str:
-    return cluster.launcher.load_state().node(daemon).hostname
-
-
 # ---- a worker's node cut off, frozen, killed ----------------------------------------------------------
 def test_a_partitioned_worker_node_is_fenced_and_replaced(cluster, faults, tmp_path):
-    job = StepperJob(cluster, tmp_path)
+    job = StepperJob(cluster, tmp_path.name)
     job.wait_training()
     task, daemon = job.victim()
     fault_at = time.time()
@@ -137,7 +55,7 @@ def test_a_partitioned_worker_node_is_fenced_and_replaced(cluster, faults, tmp_p
 
 
 def test_a_frozen_node_thawed_later_writes_nothing(cluster, faults, tmp_path):
-    job = StepperJob(cluster, tmp_path)
+    job = StepperJob(cluster, tmp_path.name)
     job.wait_training()
     task, daemon = job.victim()
     fault_at = time.time()
@@ -153,7 +71,7 @@ def test_a_frozen_node_thawed_later_writes_nothing(cluster, faults, tmp_path):
 
 
 def test_a_killed_node_is_replaced_well_before_yarn_notices(cluster, faults, tmp_path):
-    job = StepperJob(cluster, tmp_path)
+    job = StepperJob(cluster, tmp_path.name)
     job.wait_training()
     task, daemon = job.victim()
     fault_at = time.time()
@@ -168,7 +86,7 @@ def test_a_killed_node_is_replaced_well_before_yarn_notices(cluster, faults, tmp
 
 # ---- the AM's node cut off ----------------------------------------------------------------------------
 def test_a_partitioned_am_node_ends_in_the_next_attempt_without_two_copies(cluster, faults, tmp_path):
-    job = StepperJob(cluster, tmp_path, steps=200)
+    job = StepperJob(cluster, tmp_path.name, steps=200)
     job.wait_training()
     daemon = job.am_daemon()
     fault_at = time.time()
@@ -189,7 +107,7 @@ def test_a_node_cut_from_the_masters_only_has_its_copies_told_to_exit(cluster, f
     """Its NodeManager cannot reach the RM (nor the NameNode); its executors still reach the AM.
     YARN calls the node lost; the AM replaces its tasks elsewhere and tells the old executors,
     which still call in, that they are superseded."""
-    job = StepperJob(cluster, tmp_path, steps=250)
+    job = StepperJob(cluster, tmp_path.name, steps=250)
     job.wait_training()
     task, daemon = job.victim()
     fault_at = time.time()
@@ -208,29 +126,22 @@ def test_a_node_cut_from_the_masters_only_has_its_copies_told_to_exit(cluster, f
 def test_dropping_only_the_ams_port_costs_one_restart(cluster, faults, tmp_path):
     """One node's packets to and from the AM's port are dropped, nothing else: the AM stops that
     node's copies through its NodeManager, and their executors fence them anyway."""
-    job = StepperJob(cluster, tmp_path)
+    job = StepperJob(cluster, tmp_path.name)
     job.wait_training()
     task, daemon = job.victim()
     am_host, am_port = am_address(cluster, job)
     fault_at = time.time()
     faults.cut(daemon, cluster.launcher.load_state().node(cluster.daemon_on(am_host)).address, port=am_port)
     wait_resumed(job, fault_at, task)
+    # YARN still counts the node healthy; the AM kept the replacement off it (there it would be cut off too)
+    assert writers(job.steps())[task][-1].host != host_of(cluster, daemon)
     faults.uncut(daemon)
     run = job.finish()
     assert_one_clean_recovery(job, run, fault_at, {host_of(cluster, daemon)})
 
 
-def am_address(cluster, job: StepperJob) -> tuple[str, int]:
-    """The AM's host and port, as its task containers were told (TONY_AM_URL)."""
-    for files in cluster.task_logs(job.app_id).values():
-        m = re.search(r'TONY_AM_URL="http://([^:"]+):(\d+)"', files.get("launch_container.sh", ""))
-        if m:
-            return m.group(1), int(m.group(2))
-    raise AssertionError("no task's launch script names the AM")
-
-
 def test_a_lossy_node_costs_no_restart_at_default_heartbeats(cluster, faults, tmp_path):
-    job = StepperJob(cluster, tmp_path, steps=120)
+    job = StepperJob(cluster, tmp_path.name, steps=120)
     job.wait_training()
     task, daemon = job.victim()
     faults.lose_packets(daemon, 0.30)
@@ -246,7 +157,7 @@ def test_one_restart_per_fault_through_kills_a_freeze_and_an_am_failover(cluster
     """What an SRE tried on the single-host cluster, where two copies of worker:0 then trained
     side by side for 48 s: a user process killed, an executor killed, an executor frozen, and the
     AM killed a second after it started a replacement for the frozen one."""
-    job = StepperJob(cluster, tmp_path, "tony.am.retry-count=5", steps=700, step_time=0.1)
+    job = StepperJob(cluster, tmp_path.name, "tony.am.retry-count=5", steps=700, step_time=0.1)
     job.wait_training()
     restarts = lambda: (cluster.am_status(job.app_id) or {}).get("restarts_used")  # noqa: E731
 
@@ -288,17 +199,9 @@ def test_one_restart_per_fault_through_kills_a_freeze_and_an_am_failover(cluster
     assert history["am_attempts"] == 2 and history["restarts_used"] == 3, history["diagnostics"]
 
 
-def executor_pid(cluster, job: StepperJob, container: str) -> int:
-    """The executor's pid in its node (its log says it)."""
-    for d in cluster.container_dirs(job.app_id):
-        if d.name == container:
-            return int(re.search(r"executor for \S+ in \S+ \(pid (\d+)\)", (d / "executor.log").read_text()).group(1))
-    raise AssertionError(f"no executor log for {container}")
-
-
 # ---- the DataNode cut off ---------------------------------------------------------------------------
 def test_a_datanode_cut_off_for_20_s_costs_history_nothing_and_hangs_nothing(cluster, faults, tmp_path):
-    job = StepperJob(cluster, tmp_path, steps=300)
+    job = StepperJob(cluster, tmp_path.name, steps=300)
     job.wait_training()
     faults.partition("datanode")
     time.sleep(20)

@@ -1,0 +1,116 @@
+"""A fault test's job on the Docker cluster, and where to find its pieces: jobs/stepper.py
+(three workers that step independently, checkpointing every step into the cluster's shared
+directory, each step signed with the process that took it), its AM, its executors and the copies
+a fault cut off. Used by tests/integration/multihost/test_faults.py and bench/faults.py, so the
+figures come from the same jobs and the same faults the tests check."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from support import JOBS, PYTHON, ROOT, Background, Run, wait_for
+
+sys.path.insert(0, str(JOBS))
+from stepper import read_steps, writers  # noqa: E402
+
+LEASE_S = 10.0  # tony.task.executor.lease-sec's default
+
+
+class StepperJob:
+    """A stepper job on the Docker cluster, and what its steps and its history say."""
+
+    def __init__(self, cluster, name: str, *conf: str, steps: int = 150, workers: int = 3, step_time: float = 0.2):
+        self.cluster = cluster
+        self.dir = Path(cluster.launcher.load_state().shared_dir) / name
+        args = ["--src_dir", str(JOBS), "--executes", "stepper.py", "--python_binary_path", "/usr/bin/python3",
+                "--task_params", f"--dir {self.dir} --steps {steps} --step-time {step_time}",
+                "--conf", "tony.application.framework=pytorch", "--conf", f"tony.worker.instances={workers}",
+                "--conf", "tony.worker.memory=512m", "--conf", "tony.am.memory=512m",
+                "--conf", "tony.am.retry-count=2", "--conf", "tony.am.max-attempts=2"]
+        for c in conf:
+            args += ["--conf", c]
+        self.job = Background(cluster, args)
+        self.workers = workers
+
+    @property
+    def app_id(self) -> str | None:
+        return self.job.app_id
+
+    def steps(self) -> list[dict]:
+        return read_steps(self.dir) if self.dir.exists() else []
+
+    def wait_training(self, min_steps: int = 10, timeout: float = 180) -> None:
+        def every_task_stepping():
+            by_task = writers(self.steps())
+            return len(by_task) == self.workers and all(ws[-1].steps >= min_steps for ws in by_task.values())
+
+        wait_for(every_task_stepping, timeout, f"every task to take {min_steps} steps")
+
+    def am_daemon(self) -> str:
+        host = self.cluster.app(self.app_id)["amHostHttpAddress"].rsplit(":", 1)[0]
+        return self.cluster.daemon_on(host)
+
+    def victim(self) -> tuple[str, str]:
+        """(task, daemon) of a worker on a node other than the AM's."""
+        am = self.am_daemon()
+        for task, ws in sorted(writers(self.steps()).items()):
+            daemon = self.cluster.daemon_on(ws[-1].host)
+            if daemon != am:
+                return task, daemon
+        raise AssertionError("every worker runs on the AM's node")
+
+    def finish(self, timeout: float = 300) -> Run:
+        return self.job.wait(timeout=timeout)
+
+    def history(self) -> dict:
+        proc = subprocess.run([PYTHON, "-m", "tony_py.cli", "history", "show", self.app_id, "--events", "--json"],
+                              cwd=ROOT, env=self.cluster.env(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+
+def node_processes(cluster, daemon: str, pattern: str) -> list[str]:
+    """Processes inside a node whose command line has `pattern` (its own PID namespace)."""
+    out = cluster.run_on(daemon, "ps", "-eo", "pid,args", check=False).stdout
+    return [line.strip() for line in out.splitlines()[1:] if pattern in line and "ps -eo" not in line]
+
+
+def stale_writers(job: StepperJob, fault_at: float, hosts: set[str] | None = None) -> list:
+    """The copies that were writing when the fault struck (on these hosts only, if given)."""
+    return [w for ws in writers(job.steps()).values() for w in ws
+            if w.first < fault_at and (hosts is None or w.host in hosts)]
+
+
+def resumed_at(job: StepperJob, fault_at: float) -> float:
+    """When every task was stepping again after the fault (each has a writer that started later)."""
+    return max(min(w.first for w in ws if w.first > fault_at) for ws in writers(job.steps()).values())
+
+
+def wait_resumed(job: StepperJob, fault_at: float, task: str, timeout: float = 120) -> None:
+    wait_for(lambda: any(w.first > fault_at for w in writers(job.steps()).get(task, [])), timeout,
+             f"{task} to step on in a new copy")
+
+
+def host_of(cluster, daemon: str) -> str:
+    return cluster.launcher.load_state().node(daemon).hostname
+
+
+def am_address(cluster, job: StepperJob) -> tuple[str, int]:
+    """The AM's host and port, as its task containers were told (TONY_AM_URL)."""
+    for files in cluster.task_logs(job.app_id).values():
+        m = re.search(r'TONY_AM_URL="http://([^:"]+):(\d+)"', files.get("launch_container.sh", ""))
+        if m:
+            return m.group(1), int(m.group(2))
+    raise AssertionError("no task's launch script names the AM")
+
+
+def executor_pid(cluster, job: StepperJob, container: str) -> int:
+    """The executor's pid in its node (its log says it)."""
+    for d in cluster.container_dirs(job.app_id):
+        if d.name == container:
+            return int(re.search(r"executor for \S+ in \S+ \(pid (\d+)\)", (d / "executor.log").read_text()).group(1))
+    raise AssertionError(f"no executor log for {container}")
