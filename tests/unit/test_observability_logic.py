@@ -404,6 +404,65 @@ def test_history_writer_rides_out_a_file_system_that_stops_taking_writes(tmp_pat
     assert sorted(lines) == ["a", "b", "c"]
 
 
+def test_history_writer_does_not_wait_for_a_stuck_write_at_the_end(tmp_path, monkeypatch):
+    """After a DataNode came back, HDFS may hold a broken pipeline for a minute before a write
+    fails. The job's end writes the events again to a new part file instead of waiting (the
+    verdict and the end of the job must not be lost), and readers see each event once even when
+    the stuck write lands after all."""
+    import threading
+    from tony_py.am import history as am_history
+
+    monkeypatch.setattr(am_history, "FINISH_WAIT_S", 0.2)
+    fs = FsDouble(tmp_path)
+    stuck, release = threading.Event(), threading.Event()
+    real_open = fs.openAppendLog
+    opened = []
+
+    def open_log(path):
+        inner = real_open(path)
+        opened.append(path)
+
+        class Log:
+            def write(self, text):
+                if len(opened) == 1 and "b" in text:  # the first file's second write hangs
+                    stuck.set()
+                    release.wait(10)
+                inner.write(text)
+
+            def close(self):
+                inner.close()
+        return Log()
+
+    fs.openAppendLog = open_log
+    w = HistoryWriter(fs, "/h/intermediate", "/h/finished", "application_1_0007", am_attempt=1)
+    w({"ts": 1.0, "kind": "STATE", "task": None, "message": "a"})
+    w.start("<configuration/>")
+    assert w.opened.wait(5)
+    deadline = time.time() + 5
+    while w._pending and time.time() < deadline:  # the writer's thread writes "a" first
+        time.sleep(0.05)
+    w({"ts": 2.0, "kind": "NOTE", "task": None, "message": "b"})
+    assert stuck.wait(5)  # the writer's thread is now in a write that does not return
+    w({"ts": 3.0, "kind": "VERDICT", "task": None, "message": "c"})
+    target = w.finish({"app_id": "application_1_0007", "finished_at": 86400.0})
+    assert target is not None and len(opened) == 2  # a new part file took the events
+    release.set()  # the stuck write lands after all: "b" is now in two files
+    time.sleep(0.2)
+
+    class Gw:
+        def call(self, what, fn, *args):
+            return fn(*args)
+
+    class Listing:
+        def listFiles(self, directory):  # noqa: N802
+            return [f"{directory}/{p.name}" for p in sorted((tmp_path / directory.lstrip("/")).iterdir())]
+
+    reader = store.HistoryStore.__new__(store.HistoryStore)
+    reader.gw, reader.fs = Gw(), Listing()
+    reader._local = lambda remote: local if (local := tmp_path / remote.lstrip("/")).exists() else None
+    assert [e["message"] for e in reader.events({"_dir": target})] == ["a", "b", "c"]
+
+
 def test_purge_takes_whole_days_past_the_retention_and_reads_no_job():
     tree = {
         "/f": ["/f/2017", "/f/2026", "/f/notes"],

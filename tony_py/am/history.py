@@ -9,7 +9,10 @@ events.jsonl.inprogress, which the next reader finalizes (history/store.py).
 A write that fails (the DataNode cut off, HDFS restarting) loses nothing and stops nothing:
 the events wait (up to MAX_WAITING of them), the broken file is abandoned, and the writer tries
 a new part file once a second until the cluster file system takes writes again (readers merge
-every events*.jsonl* file of a job, in time order).
+every events*.jsonl* file of a job, in time order, each line once). A write can also hang: after
+a DataNode comes back, HDFS may hold a broken pipeline for a minute before it fails it. At the
+job's end the AM does not wait for such a write: it writes the events again to a new part file
+(if the stuck write lands after all, readers see each event once).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ log = logging.getLogger("tony.am.history")
 
 FLUSH_EVERY_S = 1.0
 SLOW_WRITE_S = 5.0  # said in the AM's log: the cluster file system is struggling
+FINISH_WAIT_S = 5.0  # how long the end of the job waits for a write in progress
+FINISH_TRIES = 3  # new part files tried at the end of the job, a second apart
 MAX_WAITING = 100_000  # events kept while the file system refuses writes (oldest dropped beyond)
 
 
@@ -43,6 +48,8 @@ class HistoryWriter:
         self.dropped = 0
         self.states: list[dict] = []  # every job state change, for job.json's conditions
         self._pending: list[str] = []
+        self._inflight: list[str] = []  # the batch the writer's thread is writing
+        self._taken_over = False  # finish() gave up waiting for a stuck write
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._log = None
@@ -94,24 +101,36 @@ class HistoryWriter:
                 return
         with self._lock:
             batch, self._pending = self._pending, []
+            self._inflight = batch
+            stream = self._log
         if not batch:
             return
         started = time.monotonic()
         try:
-            self._log.write("\n".join(batch) + "\n")
+            stream.write("\n".join(batch) + "\n")
             took = time.monotonic() - started
             if took > SLOW_WRITE_S:
                 log.warning("job history: a write took %.1f s (the cluster file system is slow or unreachable)", took)
         except Exception as exc:  # noqa: BLE001
-            log.warning("job history: a write failed (%s); keeping %d event(s) and trying a new file",
-                        str(exc).splitlines()[0][:300], len(batch))
-            self._abandon()
             with self._lock:
-                self._pending[:0] = batch
-                excess = len(self._pending) - MAX_WAITING
-                if excess > 0:
-                    del self._pending[:excess]
-                    self.dropped += excess
+                if self._taken_over:  # finish() has written this batch again elsewhere
+                    return
+                log.warning("job history: a write failed (%s); keeping %d event(s) and trying a new file",
+                            str(exc).splitlines()[0][:300], len(batch))
+                self._requeue(batch)
+            self._abandon()
+        finally:
+            with self._lock:
+                if not self._taken_over:
+                    self._inflight = []
+
+    def _requeue(self, batch: list[str]) -> None:
+        """Put a batch that did not land back in front of the queue (under the lock)."""
+        self._pending[:0] = batch
+        excess = len(self._pending) - MAX_WAITING
+        if excess > 0:
+            del self._pending[:excess]
+            self.dropped += excess
 
     def _abandon(self) -> None:
         try:
@@ -124,13 +143,12 @@ class HistoryWriter:
         """Flush, close, write job.json, move the job to finished/. Returns the finished dir."""
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=FINISH_WAIT_S)
         if self.failed:
             return None
         try:
-            self.flush()
-            if self._log is None:
-                raise OSError("the cluster file system does not take writes")
+            self._take_over_stuck_write()
+            self._flush_at_end()
             self._log.close()
             for path in self.parts:
                 self.fs.rename(path, path.removesuffix(".inprogress"))
@@ -143,6 +161,27 @@ class HistoryWriter:
             return None
         self.purge()
         return target
+
+    def _take_over_stuck_write(self) -> None:
+        """The writer's thread is still in a write (a pipeline HDFS has not given up on yet):
+        leave it that stream and write its batch again, to a new part file."""
+        if self._thread is None or not self._thread.is_alive():
+            return
+        with self._lock:
+            self._taken_over = True
+            self._requeue(self._inflight)
+            self._inflight = []
+            self._log = None  # the stuck thread keeps the stream; closing it could hang as well
+        log.warning("job history: a write has not returned for %.1f s; writing the last events to a new file",
+                    FINISH_WAIT_S)
+
+    def _flush_at_end(self) -> None:
+        for attempt in range(FINISH_TRIES):
+            self.flush()
+            if self._log is not None and not self._pending:
+                return
+            time.sleep(1.0)
+        raise OSError("the cluster file system does not take writes")
 
     def purge(self) -> None:
         """Jobs past tony.history.retention-sec go, whole days at a time (a few directory listings)."""

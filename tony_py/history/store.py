@@ -111,11 +111,18 @@ class HistoryStore:
         parquet = self._local(f"{directory}/{layout.EVENTS_PARQUET}")
         if parquet is not None:
             return read_parquet(parquet)
-        events = []
+        return self._jsonl_events(directory)
+
+    def _jsonl_events(self, directory: str) -> list[dict]:
+        """Every event of the JSON Lines part files (one per AM attempt, more after failed
+        writes) in time order, each once: an AM that gave up on a stuck write wrote its events
+        again to a new part, and the stuck write may have landed after all."""
+        lines: dict[str, None] = {}
         for path in self.gw.call("list events", self.fs.listFiles, directory):
-            if path.rsplit("/", 1)[-1].startswith("events") and ".jsonl" in path:
-                events += read_jsonl(self._local(path))
-        return sorted(events, key=lambda e: e.get("ts") or 0)
+            name = path.rsplit("/", 1)[-1]
+            if name.startswith("events") and ".jsonl" in name:
+                lines.update(dict.fromkeys(read_lines(self._local(path))))
+        return sorted(parse_jsonl(lines), key=lambda e: e.get("ts") or 0)
 
     def config(self, summary: dict) -> dict[str, str]:
         local = self._local(f"{summary['_dir']}/{layout.CONFIG}")
@@ -160,11 +167,7 @@ class HistoryStore:
             directory = layout.intermediate_dir(self.intermediate_root, app_id)
             summary = self._json(f"{directory}/{layout.SUMMARY}")  # the AM wrote it but could not move it
             if summary is None:
-                events = []
-                for path in self.gw.call("list events", self.fs.listFiles, directory):
-                    if path.rsplit("/", 1)[-1].startswith("events"):
-                        events += read_jsonl(self._local(path))
-                summary = summary_from_events(app_id, sorted(events, key=lambda e: e.get("ts") or 0), report)
+                summary = summary_from_events(app_id, self._jsonl_events(directory), report)
                 self.gw.call("write job.json", self.fs.writeText, f"{directory}/{layout.SUMMARY}",
                              json.dumps(summary), 0o600)
             target = layout.finished_dir(self.finished_root, app_id, summary["finished_at"])
@@ -182,16 +185,22 @@ class HistoryStore:
 
 
 # ---- formats ---------------------------------------------------------------------------------------
-def read_jsonl(local: Path | None) -> list[dict]:
+def read_lines(local: Path | None) -> list[str]:
+    return [] if local is None else [line for line in local.read_text(errors="replace").splitlines() if line]
+
+
+def parse_jsonl(lines) -> list[dict]:
     events = []
-    if local is None:
-        return events
-    for line in local.read_text(errors="replace").splitlines():
+    for line in lines:
         try:
             events.append(json.loads(line))
         except ValueError:
             continue  # a line cut off when the AM died
     return events
+
+
+def read_jsonl(local: Path | None) -> list[dict]:
+    return parse_jsonl(read_lines(local))
 
 
 def write_parquet(events: list[dict], app_id: str, target: Path) -> None:
