@@ -1,6 +1,7 @@
-"""`python -m tony_py.cluster up|down|status [--docker [--nodes N]] [--workdir DIR]` (also
-`tony cluster …`). Without --docker every daemon is a process on this machine; with it, every
-daemon is a container with its own host name and address. `status` and `down` find which kind
+"""`python -m tony_py.cluster up|down|status [--docker [--nodes N] | --secure] [--workdir DIR]`
+(also `tony cluster …`). Without --docker every daemon is a process on this machine; with it,
+every daemon is a container with its own host name and address. --secure adds a KDC and turns
+Kerberos on (process cluster only). `status` and `down` find which kind
 of cluster a workdir holds by themselves."""
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--docker", action="store_true",
                         help="every daemon in a Docker container with its own host name and address "
                              "(needs a Docker engine and mmdebstrap: scripts/docker-engine)")
+    parser.add_argument("--secure", action="store_true",
+                        help="Kerberos, a local KDC (realm TONY.TEST), users alice and bob with keytabs "
+                             "(needs krb5-user's kinit and ktutil); default workdir ~/.local/state/tony-py/secure-cluster")
     parser.add_argument("--nodes", type=int, default=3, help="with up --docker: how many NodeManagers (default 3)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--purge", action="store_true", help="with down: also delete the workdir")
@@ -38,10 +42,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return parser
 
 
-def open_cluster(workdir: str | None, docker: bool) -> LocalCluster | DockerCluster:
+def open_cluster(workdir: str | None, docker: bool, secure: bool = False) -> LocalCluster | DockerCluster:
     """The cluster a workdir holds (its cluster.json says which kind), else the kind asked for."""
     kind = "docker" if docker else "processes"
-    path = Path(workdir) if workdir else paths.default_cluster_workdir(kind)
+    path = Path(workdir) if workdir else paths.default_cluster_workdir("secure" if secure else kind)
     try:
         kind = json.loads((path / STATE_FILE).read_text()).get("kind", "processes")
     except (OSError, ValueError):
@@ -66,6 +70,18 @@ def _print_up(cluster, state, started: bool, info: dict) -> None:
             print(f"  warning: {info['hosts_note']}")
     print(f"  daemon RSS       {info.get('daemon_rss_mb', {}).get('total', '?')} MB")
     print(f"export HADOOP_CONF_DIR={state.conf_dir}")
+    _print_kerberos(info)
+
+
+def _print_kerberos(info: dict) -> None:
+    """A secure cluster: the lines a user runs before submitting."""
+    if not info.get("secure"):
+        return
+    print(f"  Kerberos realm   {info['realm']} (secure: authentication, authorization, RPC privacy)")
+    for user, u in info["users"].items():
+        print(f"  user {user:<11} {u['principal']}  keytab {u['keytab']}")
+    print(f"export KRB5_CONFIG={info['krb5_conf']}")
+    print(f"kinit -kt {info['user_keytab']} {info['user_principal']}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,12 +91,13 @@ def run(args: argparse.Namespace) -> int:
             state, started = cluster.up(nodes=args.nodes, timeout=args.timeout,
                                         log=lambda line: print(line, file=sys.stderr, flush=True))
         else:
-            cluster = LocalCluster(args.workdir)
-            state, started = cluster.up(timeout=args.timeout)
+            workdir = args.workdir or (paths.default_cluster_workdir("secure") if args.secure else None)
+            cluster = LocalCluster(workdir)
+            state, started = cluster.up(timeout=args.timeout, kerberos=args.secure)
         info = cluster.status()
         print(json.dumps(info, indent=2)) if args.json else _print_up(cluster, state, started, info)
         return 0
-    cluster = open_cluster(args.workdir, args.docker)
+    cluster = open_cluster(args.workdir, args.docker, args.secure)
     if args.action == "down":
         stopped = cluster.down(purge=args.purge)
         if args.json:
@@ -100,11 +117,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"  {name:<16} {where:<40} {flags:<12} {d['log']}")
         if info["state"] != "down":
             print(f"export HADOOP_CONF_DIR={info['hadoop_conf_dir']}")
+            _print_kerberos(info)
     return 0 if info["state"] == "running" else 3
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.secure and args.docker:
+        print("tony cluster: --secure is for the process cluster; the Docker cluster has no KDC yet "
+              "(use one or the other)", file=sys.stderr)
+        return 2
     if args.action == "up" and args.docker and not 1 <= args.nodes <= 50:
         print(f"tony cluster: --nodes must be 1..50, got {args.nodes}", file=sys.stderr)
         return 2

@@ -38,7 +38,7 @@ from pathlib import Path
 import psutil
 
 from tony_py import paths
-from tony_py.cluster import definition, hosts, image, jars
+from tony_py.cluster import definition, hosts, image, jars, secure
 from tony_py.cluster.engine import check_engine
 from tony_py.cluster.definition import overall_state, read_state, save_state
 from tony_py.errors import SetupError
@@ -207,7 +207,8 @@ class DockerCluster:
         values = {"nn_host": host("nn"), "dn_host": host("dn"), "rm_host": host("rm"), "user": getpass.getuser(),
                   "data_dir": str(data), "conf_dir": str(conf), "lib_dir": str(lib),
                   "nm_memory_mb": definition.NM_MEMORY_MB, "nm_vcores": definition.NM_VCORES,
-                  "nodemanager_properties": "", **TIMERS.values(), **PORTS}
+                  "nodemanager_properties": "", **TIMERS.values(), **PORTS,
+                  **secure.INSECURE}
         definition.write_conf_dir(conf, values)
         for nm in nms:
             definition.write_nodemanager_conf(self.workdir / f"conf-nm{nm['index']}", values, nm)

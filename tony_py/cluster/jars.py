@@ -48,30 +48,36 @@ def _run_maven(pom: Path, out: Path, properties: dict[str, str]) -> None:
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise SetupError(f"Maven could not resolve the Hadoop jars:\n{tail}")
+        raise SetupError(f"Maven could not resolve the jars of {pom}:\n{tail}")
 
 
 def ensure_hadoop_jars(version: str | None = None) -> Path:
     """Return a directory holding every jar the daemons need, fetching it on first use."""
     version = version or pinned_hadoop_version()
-    lib = paths.cache_dir() / f"hadoop-{version}" / "lib"
+    return _ensure_lib(paths.CLUSTER_DEFINITION_DIR / "pom.xml", f"hadoop-{version}/lib", {
+        "hadoop.version": version,
+        "distributedshell.version": pom_property("distributedshell.version"),
+    })
+
+
+def ensure_kdc_jars(version: str | None = None) -> Path:
+    """The local KDC's jars (Hadoop's MiniKdc at the cluster's version), fetched on first use."""
+    version = version or pinned_hadoop_version()
+    return _ensure_lib(paths.CLUSTER_DEFINITION_DIR / "kdc" / "pom.xml", f"hadoop-{version}/kdc-lib",
+                       {"hadoop.version": version})
+
+
+def _ensure_lib(pom: Path, name: str, properties: dict[str, str]) -> Path:
+    lib = paths.cache_dir() / name
     if (lib / _COMPLETE_MARKER).exists():
         return lib
-    pom = paths.CLUSTER_DEFINITION_DIR / "pom.xml"
     lib.parent.mkdir(parents=True, exist_ok=True)
     # Resolve into a temp dir and rename, so an interrupted download is never mistaken for
     # a complete one.
     tmp = Path(tempfile.mkdtemp(prefix="lib-", dir=lib.parent))
     try:
-        _run_maven(
-            pom,
-            tmp,
-            {
-                "hadoop.version": version,
-                "distributedshell.version": pom_property("distributedshell.version"),
-            },
-        )
-        (tmp / _COMPLETE_MARKER).write_text(version + "\n")
+        _run_maven(pom, tmp, properties)
+        (tmp / _COMPLETE_MARKER).write_text(properties["hadoop.version"] + "\n")
         if lib.exists():
             shutil.rmtree(lib)
         tmp.rename(lib)

@@ -24,8 +24,9 @@ import psutil
 
 from tony_py import paths
 from tony_py.bridge import jvm
-from tony_py.cluster import definition, jars
+from tony_py.cluster import definition, jars, secure
 from tony_py.cluster.definition import overall_state, read_state, save_state
+from tony_py.cluster.daemons import DaemonState, kill_all
 from tony_py.errors import SetupError
 
 HOST = "127.0.0.1"
@@ -41,26 +42,6 @@ TIMERS = definition.Timers(nm_expiry_ms=10_000, am_expiry_ms=600_000, rm_connect
 
 
 @dataclass
-class DaemonState:
-    name: str
-    pid: int
-    create_time: float
-    log: str
-
-    def process(self) -> psutil.Process | None:
-        """The live process this entry describes, or None (gone, or pid reused)."""
-        try:
-            proc = psutil.Process(self.pid)
-            if abs(proc.create_time() - self.create_time) > 1.0:
-                return None
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                return None
-            return proc
-        except psutil.Error:
-            return None
-
-
-@dataclass
 class ClusterState:
     workdir: str
     hadoop_version: str
@@ -71,6 +52,9 @@ class ClusterState:
     daemons: list[DaemonState] = field(default_factory=list)
     up_seconds: float | None = None
     kind: str = KIND
+    # A secure cluster (up --secure): {"krb5_conf", "keytabs": {"services"|user: path},
+    # "lifetimes": {...}}; None on an insecure one.
+    kerberos: dict | None = None
 
     @property
     def rm_web(self) -> str:
@@ -151,7 +135,10 @@ class LocalCluster:
                 d.name: {"pid": d.pid, "alive": alive[d.name], "log": d.log} for d in state.daemons
             },
             "up_seconds": state.up_seconds,
+            "secure": state.kerberos is not None,
         }
+        if state.kerberos:
+            info.update(secure.status(state.kerberos))
         if info["state"] != "down":
             info["daemon_rss_mb"] = self._rss_mb(state)
         return info
@@ -170,12 +157,16 @@ class LocalCluster:
         return out
 
     # ---- up ----------------------------------------------------------------------------
-    def up(self, timeout: float = 180.0) -> tuple[ClusterState, bool]:
-        """Start the cluster. Returns (state, started); started is False if it was running."""
+    def up(self, timeout: float = 180.0, kerberos: bool = False) -> tuple[ClusterState, bool]:
+        """Start the cluster (with kerberos: a secure one, its own KDC included). Returns
+        (state, started); started is False if it was running."""
         existing = self.load_state()
         if existing is not None:
             alive = [d for d in existing.daemons if d.process() is not None]
             if alive and len(alive) == len(existing.daemons):
+                if bool(existing.kerberos) != kerberos:
+                    raise SetupError(f"the cluster in {self.workdir} is running {'with' if existing.kerberos else 'without'} "
+                                     "Kerberos; run `tony cluster down` first, or give another --workdir")
                 return existing, False
             if alive:
                 names = ", ".join(sorted(set(d.name for d in existing.daemons) - set(a.name for a in alive)))
@@ -186,12 +177,16 @@ class LocalCluster:
         started = time.monotonic()
         version = jars.pinned_hadoop_version()
         lib = jars.ensure_hadoop_jars(version)
-        state = self._configure(version, lib)
+        if kerberos:
+            secure.kerberos_tools()  # before anything starts: say what to install
+        state = self._configure(version, lib, kerberos)
         self._save_state(state)
         try:
             self._start_daemons(state)
             self._save_state(state)
             self._wait_ready(state, deadline=time.monotonic() + timeout)
+            if state.kerberos:
+                secure.prepare_hdfs(state.kerberos, state.conf_dir, state.lib_dir)
         except BaseException:
             self.down()
             raise
@@ -199,7 +194,7 @@ class LocalCluster:
         self._save_state(state)
         return state, True
 
-    def _configure(self, version: str, lib: Path) -> ClusterState:
+    def _configure(self, version: str, lib: Path, kerberos: bool = False) -> ClusterState:
         data = self.workdir / "data"
         conf = self.workdir / "conf"
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
@@ -229,11 +224,13 @@ class LocalCluster:
             **TIMERS.values(),
             **ports,
         }
+        krb, properties = secure.plan(self.workdir, getpass.getuser()) if kerberos else (None, secure.INSECURE)
+        values.update(properties)
         definition.write_conf_dir(conf, values)
         for nm in nms:
             definition.write_nodemanager_conf(self.workdir / f"conf-nm{nm['index']}", values, nm)
         return ClusterState(workdir=str(self.workdir), hadoop_version=version, conf_dir=str(conf),
-                            lib_dir=str(lib), ports=ports, nodemanagers=nms)
+                            lib_dir=str(lib), ports=ports, nodemanagers=nms, kerberos=krb)
 
     def _gpu_discovery(self) -> tuple[str, bool]:
         """The nvidia-smi YARN's GPU plugin runs on the GPU NodeManager: this machine's own when
@@ -249,8 +246,11 @@ class LocalCluster:
         return str(definition.install_standin(self.workdir / "gpu")), True
 
     def _java_cmd(self, state: ClusterState, daemon: str, conf_dir: str, log_name: str) -> list[str]:
-        return definition.java_command(jvm.java_executable(), daemon, conf_dir, state.lib_dir,
-                                       str(self.workdir / "logs"), log_name, str(self.workdir), getpass.getuser())
+        cmd = definition.java_command(jvm.java_executable(), daemon, conf_dir, state.lib_dir,
+                                      str(self.workdir / "logs"), log_name, str(self.workdir), getpass.getuser())
+        if state.kerberos:
+            cmd[1:1] = secure.jvm_options(state.kerberos["krb5_conf"])
+        return cmd
 
     def _daemon_env(self, state: ClusterState, conf_dir: str, path_first: str | None = None) -> dict[str, str]:
         env = dict(os.environ)
@@ -262,6 +262,10 @@ class LocalCluster:
         env["HADOOP_HOME"] = str(self.workdir)
         env.pop("CLASSPATH", None)
         env.pop("MALLOC_ARENA_MAX", None)
+        env.pop("KRB5_CONFIG", None)
+        env.pop("KRB5CCNAME", None)  # a daemon logs in from its keytab, never from a user's ticket cache
+        if state.kerberos:
+            env["KRB5_CONFIG"] = state.kerberos["krb5_conf"]  # containers get it too (env whitelist)
         return env
 
     def _format_namenode(self, state: ClusterState) -> None:
@@ -276,17 +280,26 @@ class LocalCluster:
             raise SetupError(f"formatting the NameNode failed (exit {rc}); see {log}")
 
     def _spawn(self, state: ClusterState, name: str) -> None:
+        if name == "kdc":
+            log = Path(state.workdir) / "logs" / "kdc.log"
+            cmd = secure.fresh_kdc_command(state.kerberos, jars.ensure_kdc_jars(state.hadoop_version), log)
+            self._start_process(state, name, cmd, self._daemon_env(state, state.conf_dir))
+            return
         daemon = definition.daemon_kind(name)
         nm = next((n for n in state.nodemanagers if f"nodemanager{n['index']}" == name), None)
         conf_dir = str(Path(state.workdir) / f"conf-nm{nm['index']}") if nm else state.conf_dir
+        self._start_process(state, name, self._java_cmd(state, daemon, conf_dir, f"{name}.log"),
+                            self._daemon_env(state, conf_dir, _standin_dir(nm) if nm else None))
+
+    def _start_process(self, state: ClusterState, name: str, cmd: list[str], env: dict[str, str]) -> None:
         log = Path(state.workdir) / "logs" / f"{name}.log"
         with open(log, "ab") as out:
             proc = subprocess.Popen(
-                self._java_cmd(state, daemon, conf_dir, f"{name}.log"),
+                cmd,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=self._daemon_env(state, conf_dir, _standin_dir(nm) if nm else None),
+                env=env,
                 cwd=state.workdir,
                 start_new_session=True,  # outlives `tony cluster up`; immune to its Ctrl-C
             )
@@ -298,11 +311,19 @@ class LocalCluster:
         self._save_state(state)  # so a failed or interrupted `up` can still be taken down
 
     def _start_daemons(self, state: ClusterState) -> None:
+        if state.kerberos:
+            self._start_kdc(state)
         self._format_namenode(state)
         for name in ("namenode", "datanode", "resourcemanager"):
             self._spawn(state, name)
         for nm in state.nodemanagers:
             self._spawn(state, f"nodemanager{nm['index']}")
+
+    def _start_kdc(self, state: ClusterState) -> None:
+        """The KDC first (every daemon logs in at start), then the keytabs cut from its one."""
+        self._spawn(state, "kdc")
+        kdc = next(d for d in state.daemons if d.name == "kdc")
+        secure.finish_kdc_start(state.kerberos, Path(kdc.log), lambda: kdc.process() is not None)
 
     def _wait_ready(self, state: ClusterState, deadline: float) -> None:
         definition.wait_ready(lambda: [d.name for d in state.daemons if d.process() is None], state.rm_web,
@@ -354,7 +375,7 @@ class LocalCluster:
                 except psutil.Error:
                     pass
             _gone, alive = psutil.wait_procs(procs, timeout=grace)
-            _kill(alive)
+            kill_all(alive)
             self._kill_container_leftovers()
             state.daemons = []
             self._save_state(state)
@@ -367,14 +388,5 @@ class LocalCluster:
         run in their own sessions, in container working dirs under the NM local dirs."""
         ours = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
         containers = re.compile(re.escape(str(self.workdir)) + r"/data/nm\d+/local/usercache/[^/]+/appcache/")
-        _kill([p for p in psutil.process_iter(["cwd"])
+        kill_all([p for p in psutil.process_iter(["cwd"])
                if containers.match(p.info.get("cwd") or "") and p.pid not in ours])
-
-
-def _kill(procs: list[psutil.Process]) -> None:
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(procs, timeout=5)

@@ -1,0 +1,281 @@
+"""Kerberos for the process cluster (`tony cluster up --secure`): a local KDC, keytabs, and the
+settings that make every daemon authenticate, authorize and encrypt.
+
+- The KDC is Hadoop's MiniKdc (Apache Kerby underneath) from Maven Central at the cluster's
+  Hadoop version, run as its own JVM (`MiniKdc <dir> <props> <keytab> <principals>`), bound to
+  127.0.0.1 on a free port, realm TONY.TEST. Ticket and renewable lifetimes are set in its
+  properties (MiniKdc applies no renewable maximum by itself).
+- Every daemon has its own principal (nn, dn, rm, nm, HTTP; /localhost and /127.0.0.1, see
+  HOSTS) from one keytab readable by the daemons' OS user only. They map to
+  that OS user (auth_to_local), as nn -> hdfs and rm -> yarn do on a real cluster, so it is the
+  HDFS superuser.
+- Two users, alice and bob, each with a keytab of their own; their HDFS homes are 0700.
+- RPC: authentication, service-level authorization, privacy (encrypted). Block access tokens.
+  DataNodes speak SASL with privacy on their data port; their ports stay unprivileged through
+  Hadoop's test switch `ignore.secure.ports.for.testing` instead of `dfs.http.policy=HTTPS_ONLY`
+  with a keystore: the web UIs stay plain HTTP with simple authentication, so the readiness probe,
+  the RM's REST API and the tracking URL work as on the insecure cluster. What that leaves
+  untested: HTTPS and SPNEGO on the web UIs (docs/local-clusters.md).
+- NodeManagers keep the DefaultContainerExecutor (the LinuxContainerExecutor's setuid binary is
+  not in Maven Central): containers run as the NodeManager's OS user whoever submitted them, so
+  tenant isolation on a node is not tested; HDFS and YARN permissions are.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tony_py.bridge import jvm
+from tony_py.errors import SetupError
+
+REALM = "TONY.TEST"
+# What _HOST becomes in a daemon's principal: the reverse name of 127.0.0.1 for most, the
+# address itself where a daemon's host is set by address (dfs.datanode.hostname).
+HOSTS = ("localhost", "127.0.0.1")
+SERVICES = ("nn", "dn", "rm", "nm", "HTTP")
+USERS = ("alice", "bob")
+KDC_MAIN = "org.apache.hadoop.minikdc.MiniKdc"
+KDC_START_S = 60.0
+
+
+@dataclass(frozen=True)
+class Lifetimes:
+    """How long tickets and delegation tokens live. The defaults are production's (a day, a
+    week); tests of renewal shorten them."""
+
+    ticket_s: int = 86_400
+    renewable_s: int = 7 * 86_400
+    token_renew_s: int = 86_400  # delegation tokens: renew interval (HDFS and RM)
+    token_max_s: int = 7 * 86_400  # and max lifetime
+
+    @classmethod
+    def from_env(cls) -> "Lifetimes":
+        """TONY_CLUSTER_TOKEN_RENEW_S / _MAX_S / TICKET_S (seconds), for tests that need tokens
+        to expire in minutes."""
+        def get(name, default):
+            raw = os.environ.get(f"TONY_CLUSTER_{name}_S")
+            return int(raw) if raw else default
+        base = cls()
+        return cls(ticket_s=get("TICKET", base.ticket_s), renewable_s=get("RENEWABLE", base.renewable_s),
+                   token_renew_s=get("TOKEN_RENEW", base.token_renew_s), token_max_s=get("TOKEN_MAX", base.token_max_s))
+
+
+def principal(name: str, host: str = HOSTS[0]) -> str:
+    return f"{name}/{host}@{REALM}" if name in SERVICES else f"{name}@{REALM}"
+
+
+def service_principals() -> tuple[str, ...]:
+    return tuple(principal(s, h) for s in SERVICES for h in HOSTS)
+
+
+def kerberos_tools() -> tuple[str, str]:
+    """MIT's kinit and ktutil (Debian's krb5-user): the JDK on Linux ships neither."""
+    kinit, ktutil = shutil.which("kinit"), shutil.which("ktutil")
+    if not kinit or not ktutil:
+        raise SetupError("a secure cluster needs MIT Kerberos' kinit and ktutil: apt-get install krb5-user")
+    return kinit, ktutil
+
+
+# ---- the cluster's Kerberos state (cluster.json's "kerberos") -------------------------------------
+def plan(workdir: Path, daemon_user: str) -> tuple[dict, dict[str, str]]:
+    """Where the realm's files go, and the templates' security values that name them."""
+    keytabs = workdir / "keytabs"
+    lifetimes = Lifetimes.from_env()
+    krb = {"krb5_conf": str(workdir / "kdc" / "krb5.conf"),
+           "keytabs": {k: str(keytabs / f"{k}.keytab") for k in ("services", *USERS)},
+           "lifetimes": lifetimes.__dict__}
+    return krb, site_properties(krb["keytabs"]["services"], daemon_user, lifetimes)
+
+
+def status(krb: dict) -> dict:
+    """What a user of a secure cluster needs: the realm's krb5.conf and a user's keytab."""
+    user = USERS[0]
+    return {
+        "realm": REALM,
+        "krb5_conf": krb["krb5_conf"],
+        "user_principal": principal(user),
+        "user_keytab": krb["keytabs"][user],
+        "users": {u: {"principal": principal(u), "keytab": krb["keytabs"][u]} for u in USERS},
+        "kinit": f"KRB5_CONFIG={krb['krb5_conf']} kinit -kt {krb['keytabs'][user]} {principal(user)}",
+    }
+
+
+# ---- the KDC -------------------------------------------------------------------------------------
+def fresh_kdc_command(krb: dict, lib: Path, log: Path) -> list[str]:
+    """The KDC's command line, in an emptied dir: a new KDC has new keys, nothing of an old one
+    (krb5.conf, keytab, log) may be taken for its own."""
+    kdc_dir = Path(krb["krb5_conf"]).parent
+    shutil.rmtree(kdc_dir, ignore_errors=True)
+    kdc_dir.mkdir(parents=True)
+    log.unlink(missing_ok=True)
+    return kdc_command(lib, kdc_dir, Lifetimes(**krb["lifetimes"]))
+
+
+def finish_kdc_start(krb: dict, log: Path, alive) -> None:
+    """Wait for the KDC, then cut the keytabs from its one."""
+    _kinit, ktutil = kerberos_tools()
+    kdc_dir = Path(krb["krb5_conf"]).parent
+    wait_kdc(kdc_dir, log, alive)
+    write_keytabs(ktutil, kdc_dir, Path(krb["keytabs"]["services"]).parent)
+
+
+def kdc_command(lib: Path, kdc_dir: Path, lifetimes: Lifetimes) -> list[str]:
+    props = kdc_dir / "kdc.properties"
+    props.write_text("\n".join([
+        "org.name=TONY", "org.domain=TEST", "kdc.bind.address=127.0.0.1", "kdc.port=0",
+        "instance=DefaultKrbServer", "transport=TCP", "debug=false",
+        f"max.ticket.lifetime={lifetimes.ticket_s * 1000}",
+        "min.ticket.lifetime=1000",  # kinit -l 2s may ask for a ticket that expires in a test
+        f"max.renewable.lifetime={lifetimes.renewable_s * 1000}",
+    ]) + "\n")
+    everyone = [p.split("@")[0] for p in service_principals() + tuple(map(principal, USERS))]
+    return [jvm.java_executable(), "-Xmx128m", *jvm.FAST_START_OPTS, "-cp", f"{lib}/*", KDC_MAIN,
+            str(kdc_dir), str(props), str(kdc_dir / "all.keytab"), *everyone]
+
+
+def wait_kdc(kdc_dir: Path, log: Path, alive, timeout: float = KDC_START_S) -> Path:
+    """Until MiniKdc says it runs (its krb5.conf and keytab written); the krb5.conf's path."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "MiniKdc Running" in text and (kdc_dir / "krb5.conf").exists():
+            return kdc_dir / "krb5.conf"
+        if not alive():
+            tail = "\n".join(text.strip().splitlines()[-10:])
+            raise SetupError(f"the KDC exited during start; see {log}:\n{tail}")
+        time.sleep(0.1)
+    raise SetupError(f"the KDC did not start in {timeout:.0f} s; see {log}")
+
+
+def kdc_port(krb5_conf: Path) -> int:
+    match = re.search(r"kdc\s*=\s*[^:\s]+:(\d+)", krb5_conf.read_text())
+    if not match:
+        raise SetupError(f"{krb5_conf} names no KDC")
+    return int(match.group(1))
+
+
+def split_keytab(ktutil: str, source: Path, target: Path, keep: tuple[str, ...]) -> None:
+    """`target` holds the keys of `keep` only, mode 0600 (MiniKdc writes one keytab for all)."""
+    listing = subprocess.run([ktutil], input=f"rkt {source}\nlist\nquit\n", capture_output=True, text=True,
+                             timeout=30).stdout
+    slots = re.findall(r"^\s*(\d+)\s+\d+\s+(\S+)\s*$", listing, re.M)
+    drop = [int(n) for n, name in slots if name not in keep]
+    if not slots or len(drop) == len(slots):
+        raise SetupError(f"ktutil found none of {', '.join(keep)} in {source}")
+    script = [f"rkt {source}"] + [f"delent {n}" for n in sorted(drop, reverse=True)] + [f"wkt {target}", "quit"]
+    target.unlink(missing_ok=True)
+    proc = subprocess.run([ktutil], input="\n".join(script) + "\n", capture_output=True, text=True, timeout=30)
+    if not target.exists():
+        raise SetupError(f"ktutil could not write {target}: {proc.stderr.strip()}")
+    target.chmod(0o600)
+
+
+def write_keytabs(ktutil: str, kdc_dir: Path, out: Path) -> dict[str, str]:
+    """services.keytab (every daemon principal) and one keytab per user, all 0600."""
+    out.mkdir(parents=True, exist_ok=True)
+    out.chmod(0o700)
+    source = kdc_dir / "all.keytab"
+    keytabs = {"services": out / "services.keytab", **{u: out / f"{u}.keytab" for u in USERS}}
+    split_keytab(ktutil, source, keytabs["services"], service_principals())
+    for user in USERS:
+        split_keytab(ktutil, source, keytabs[user], (principal(user),))
+    source.unlink()
+    return {k: str(v) for k, v in keytabs.items()}
+
+
+# ---- the cluster's settings -----------------------------------------------------------------------
+def _props(values: dict[str, str]) -> str:
+    return "\n".join(f"  <property><name>{k}</name><value>{v}</value></property>" for k, v in values.items())
+
+
+# The values that differ between the two (keyed by the templates' placeholders).
+INSECURE = {"core_security": _props({"hadoop.security.authentication": "simple"}), "hdfs_security": "",
+            "yarn_security": "", "log_aggregation": "true"}
+
+
+def site_properties(services_keytab: str, daemon_user: str, lifetimes: Lifetimes) -> dict[str, str]:
+    """The values of the templates' security placeholders on a secure cluster."""
+    to_local = "\n".join([f"RULE:[2:$1@$0]({s}@{REALM})s/.*/{daemon_user}/" for s in SERVICES] + ["DEFAULT"])
+    core = {
+        "hadoop.security.authentication": "kerberos",
+        "hadoop.security.authorization": "true",
+        "hadoop.rpc.protection": "privacy",
+        "hadoop.security.auth_to_local": to_local,
+    }
+    token = {"renew": lifetimes.token_renew_s * 1000, "max": lifetimes.token_max_s * 1000}
+    hdfs = {
+        "dfs.block.access.token.enable": "true",
+        "dfs.namenode.kerberos.principal": f"nn/_HOST@{REALM}",
+        "dfs.namenode.keytab.file": services_keytab,
+        # The DataNode's host is set by address (dfs.datanode.hostname), so its _HOST would be
+        # 127.0.0.1, while the NameNode checks it against the reverse name of that address.
+        "dfs.datanode.kerberos.principal": principal("dn"),
+        "dfs.datanode.keytab.file": services_keytab,
+        "dfs.web.authentication.kerberos.principal": f"HTTP/_HOST@{REALM}",
+        "dfs.web.authentication.kerberos.keytab": services_keytab,
+        "dfs.data.transfer.protection": "privacy",
+        "ignore.secure.ports.for.testing": "true",
+        "dfs.namenode.delegation.token.renew-interval": token["renew"],
+        "dfs.namenode.delegation.token.max-lifetime": token["max"],
+    }
+    yarn = {
+        "yarn.resourcemanager.principal": f"rm/_HOST@{REALM}",
+        "yarn.resourcemanager.keytab": services_keytab,
+        "yarn.nodemanager.principal": f"nm/_HOST@{REALM}",
+        "yarn.nodemanager.keytab": services_keytab,
+        "yarn.resourcemanager.webapp.spnego-principal": f"HTTP/_HOST@{REALM}",
+        "yarn.resourcemanager.webapp.spnego-keytab-file": services_keytab,
+        "yarn.resourcemanager.delegation.token.renew-interval": token["renew"],
+        "yarn.resourcemanager.delegation.token.max-lifetime": token["max"],
+    }
+    # Under Kerberos a NodeManager opens container logs with SecureIOUtils, which needs Hadoop's
+    # native library (libhadoop.so, not on Maven Central): without it aggregation kills the
+    # NodeManager and its log pages answer HTTP 500. So no aggregation here, and no log pages:
+    # `tony logs` and YARN's log links are untested on this cluster (a real one ships libhadoop).
+    return {"core_security": _props(core), "hdfs_security": _props(hdfs), "yarn_security": _props(yarn),
+            "log_aggregation": "false"}
+
+
+def jvm_options(krb5_conf: str) -> list[str]:
+    """The JDK does not read KRB5_CONFIG: every daemon JVM is told where the realm's krb5.conf is."""
+    return [f"-Djava.security.krb5.conf={krb5_conf}"]
+
+
+# ---- HDFS as its superuser -----------------------------------------------------------------------
+def superuser_shell(kinit: str, conf_dir: str, lib_dir: str, krb5_conf: str, services_keytab: str,
+                    ccache: Path) -> "callable":
+    """A function that runs one FsShell command as the NameNode's principal (the superuser)."""
+    env = dict(os.environ, KRB5_CONFIG=krb5_conf, KRB5CCNAME=f"FILE:{ccache}")
+    login = subprocess.run([kinit, "-kt", services_keytab, principal("nn")], env=env, capture_output=True,
+                           text=True, timeout=30)
+    if login.returncode != 0:
+        raise SetupError(f"kinit as {principal('nn')} failed: {login.stderr.strip()}")
+
+    def fs(*args: str) -> None:
+        cmd = [jvm.java_executable(), "-Xmx192m", *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS,
+               *jvm_options(krb5_conf), "-cp", f"{conf_dir}:{lib_dir}/*", "org.apache.hadoop.fs.FsShell", *args]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
+            raise SetupError(f"hdfs dfs {' '.join(args)} as the superuser failed:\n{tail}")
+    return fs
+
+
+def prepare_hdfs(krb: dict, conf_dir: str, lib_dir: str) -> None:
+    """Users' homes (0700, their own), a world-writable sticky /tmp and /tmp/logs (YARN's
+    aggregated logs; the NodeManagers create each user's dir in it)."""
+    kinit, _ktutil = kerberos_tools()
+    services = krb["keytabs"]["services"]
+    fs = superuser_shell(kinit, conf_dir, lib_dir, krb["krb5_conf"], services, Path(services).parent / "superuser.ccache")
+    homes = [f"/user/{u}" for u in USERS]
+    fs("-mkdir", "-p", *homes, "/tmp/logs")
+    for user in USERS:
+        fs("-chown", f"{user}:{user}", f"/user/{user}")
+    fs("-chmod", "700", *homes)
+    fs("-chmod", "1777", "/tmp", "/tmp/logs")
