@@ -52,15 +52,19 @@ def submit(executes: str | None = None, *, src_dir: str | None = None, task_para
            shell_env: Mapping[str, str] | Iterable[str] | None = None,
            container_env: Mapping[str, str] | Iterable[str] | None = None, conf_file: str | None = None,
            conf: Mapping[str, str] | Iterable[str] | None = None, hdfs_classpath: str | None = None,
-           sidecar_tensorboard_log_dir: str | None = None, local: bool = False) -> Job | LocalJob:
+           sidecar_tensorboard_log_dir: str | None = None, principal: str | None = None,
+           keytab: str | None = None, local: bool = False) -> Job | LocalJob:
     """Submit a job with TonY's flags (as keyword arguments) and return once YARN has it.
+    On a Kerberos cluster, principal and keytab log in from the keytab (else the ticket cache or
+    HADOOP_TOKEN_FILE_LOCATION is used).
     local=True runs it on this machine instead (no YARN, HDFS or JVM: tony_py/client/local.py);
     the handle has the same status(), wait(), kill() and close()."""
     args = SubmitArgs(executes=executes, task_params=task_params, python_venv=python_venv,
                       python_binary_path=python_binary_path, src_dir=src_dir,
                       shell_env=_pairs(shell_env, "shell_env"), container_env=_pairs(container_env, "container_env"),
                       conf_file=conf_file, conf=_pairs(conf, "conf"), hdfs_classpath=hdfs_classpath,
-                      sidecar_tensorboard_log_dir=sidecar_tensorboard_log_dir, detach=not local, quiet=True,
+                      sidecar_tensorboard_log_dir=sidecar_tensorboard_log_dir, principal=principal, keytab=keytab,
+                      detach=not local, quiet=True,
                       local=local)
     if local:
         prepared = prepare(local_paths(args))

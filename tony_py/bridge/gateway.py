@@ -20,7 +20,7 @@ from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 from py4j.protocol import Py4JError, Py4JJavaError
 
 from tony_py import paths
-from tony_py.bridge import jvm
+from tony_py.bridge import credentials, jvm
 from tony_py.bridge.interrupts import guard
 from tony_py import timeline
 from tony_py.config.xmlconf import read_xml
@@ -151,6 +151,8 @@ class JvmLaunch:
                 *jvm.FAST_START_OPTS,
                 *jvm.JDK17_OPENS,
                 "-Dlog4j.configuration=" + (paths.PACKAGE_DIR / "bridge" / "log4j-client.properties").as_uri(),
+                *jvm.kerberos_opts(),
+                *jvm.client_opts(),
             ]
             fd, log_path = tempfile.mkstemp(prefix="tony-client-jvm-", suffix=".log")
             self.log_path, self.log = Path(log_path), os.fdopen(fd, "w")
@@ -222,7 +224,7 @@ class ClientGateway:
     """A JVM with ClientBridge; use as a context manager (the JVM stops on exit)."""
 
     def __init__(self, conf_files: list[str] = (), properties: dict[str, str] | None = None,
-                 launch: "JvmLaunch | None" = None) -> None:
+                 launch: "JvmLaunch | None" = None, principal: str | None = None, keytab: str | None = None) -> None:
         launch = launch or JvmLaunch()
         self.conf_dir, port, token, self.proc = launch.claim()
         self.log_path, self._log = launch.log_path, launch.log
@@ -236,13 +238,22 @@ class ClientGateway:
                 for i, path in enumerate(conf_files):
                     files[i] = str(Path(path).resolve())
                 props = client_properties(self.conf_dir, list(conf_files), properties)
-                self.bridge = self.gateway.jvm.io.tonypy.client.ClientBridge(files, json.dumps(props))
+                self.bridge = self.gateway.jvm.io.tonypy.client.ClientBridge(
+                    files, json.dumps(props), principal, str(Path(keytab).resolve()) if keytab else None)
                 self.fs = self.bridge.fs()
                 timeline.mark("hadoop_client_ready")
+                info = json.loads(self.bridge.credentialsJson())
             except (Py4JError, Py4JJavaError) as exc:
                 message = java_error(exc)
-                self.close(keep_log=True)
+                self.close(keep_log=principal is None)
+                if principal and "login" in message.lower():
+                    raise credentials.CredentialsError(credentials.login_failure(principal, keytab, message)) from None
                 raise SetupError(f"cannot reach the cluster: {message} (the client JVM's log: {self.log_path})") from None
+        self.user = info.get("user")  # the cluster's name for us (a Kerberos principal's short name)
+        trouble = credentials.problem(info, credentials.ticket_cache())
+        if trouble:
+            self.close()
+            raise credentials.CredentialsError(trouble)
 
     def call(self, what: str, fn, *args):
         """Run a bridge call, turning a Java exception into a one-line TonyError. A Ctrl-C

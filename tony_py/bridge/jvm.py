@@ -7,6 +7,7 @@ the ApplicationMaster's JVM cannot drift apart.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -65,3 +66,16 @@ HDFS_CLOSE_RETRY = {
     "dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "50",
     "dfs.client.block.write.locateFollowingBlock.retries": "8",
 }
+
+
+def kerberos_opts(env: dict[str, str] | None = None) -> list[str]:
+    """The JDK does not read KRB5_CONFIG (MIT's variable): a JVM of ours given one is told
+    where the realm's krb5.conf is, as the Hadoop scripts do with HADOOP_OPTS."""
+    path = (os.environ if env is None else env).get("KRB5_CONFIG")
+    return [f"-Djava.security.krb5.conf={path}"] if path else []
+
+
+def client_opts(env: dict[str, str] | None = None) -> list[str]:
+    """HADOOP_CLIENT_OPTS, as `hadoop jar` and the other client commands honour it (after ours,
+    so a user's -D wins)."""
+    return shlex.split((os.environ if env is None else env).get("HADOOP_CLIENT_OPTS", ""))

@@ -24,6 +24,9 @@ FLAGS: tuple[tuple[str, str, str], ...] = (
     ("conf", "repeat", "key=value configuration override (repeatable)"),
     ("hdfs_classpath", "value", "comma-separated remote dirs whose files go on the tasks' CLASSPATH"),
     ("sidecar_tensorboard_log_dir", "value", "run a TensorBoard sidecar task on this log dir"),
+    ("principal", "value", "Kerberos principal to log in as from --keytab (tony.keytab.user); without it the "
+                           "ticket cache (kinit) or a scheduler's HADOOP_TOKEN_FILE_LOCATION is used"),
+    ("keytab", "value", "keytab of --principal (tony.keytab.location)"),
 )
 
 
@@ -40,6 +43,8 @@ class SubmitArgs:
     conf: list[str] = field(default_factory=list)
     hdfs_classpath: str | None = None
     sidecar_tensorboard_log_dir: str | None = None
+    principal: str | None = None
+    keytab: str | None = None
     detach: bool = False
     quiet: bool = False
     local: bool = False

@@ -124,9 +124,14 @@ def main(argv: list[str], prog: str = "tony logs") -> int:
             node, container, owner, name = log_location(gw, opts.app_id, opts.task, opts.attempt, opts.file)
             text = read_node_log(node, container, owner, name)
             if text is None:
-                text = read_aggregated_log(gw, opts.app_id, owner, container, name)
+                try:
+                    text = read_aggregated_log(gw, opts.app_id, owner, container, name)
+                except TonyError as exc:
+                    if "does not exist" not in str(exc):
+                        raise
             if text is None:
-                raise UsageError(f"{name} of {container}: not on its node and not (yet) in YARN's aggregated logs")
+                raise UsageError(f"{name} of {container}: not on its node and not (yet) in YARN's aggregated logs "
+                                 "(a cluster without yarn.log-aggregation-enable keeps no logs of finished jobs)")
             sys.stdout.write(text)
             sys.stdout.flush()
             offset = len(text.encode())

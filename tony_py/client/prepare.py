@@ -16,6 +16,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from tony_py import appsecret
+from tony_py.bridge import credentials
 from tony_py.am.launch import JAR_LINK, RUNTIME_LINK
 from tony_py.client.flags import SubmitArgs
 from tony_py.client.staging import check_local_inputs
@@ -105,6 +106,11 @@ def prepare(args: SubmitArgs) -> PreparedJob:
     if args.sidecar_tensorboard_log_dir:  # TonY: the flag wins over the key
         conf.set("tony.application.tensorboard-log-dir", args.sidecar_tensorboard_log_dir,
                  "--sidecar_tensorboard_log_dir")
+    for flag, key, value in (("--principal", "tony.keytab.user", args.principal),
+                             ("--keytab", "tony.keytab.location", args.keytab)):
+        if value:  # the flag wins over the key
+            conf.set(key, value, flag)
+    credentials.check_keytab(conf.get("tony.keytab.user"), conf.get("tony.keytab.location"))
     for flag, key, values in (
         ("--shell_env", "tony.execution.envs", args.shell_env),
         ("--container_env", "tony.containers.envs", args.container_env),

@@ -7,6 +7,7 @@ AM cannot write into a staging dir that was just removed).
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import getpass
 import json
@@ -36,6 +37,7 @@ from tony_py.history import layout as history_layout
 
 AM_HEAP = "-Xmx256m"
 AM_CLASS = "io.tonypy.am.ApplicationMaster"
+KEYTAB_LINK = "tony.keytab"  # TokenRenewal.KEYTAB_FILE
 LIFETIME_GRACE_S = 60
 
 
@@ -48,7 +50,8 @@ def open_gateway(args: SubmitArgs, workdir: Path, launch: JvmLaunch | None = Non
     early = None
     try:
         if is_remote(args.conf_file):
-            early, launch = ClientGateway(properties=hadoop_overrides(args.conf), launch=launch), None
+            early, launch = ClientGateway(properties=hadoop_overrides(args.conf), launch=launch,
+                                          principal=args.principal, keytab=args.keytab), None
         prepared = prepare(fetch_conf_file(early, args, workdir) if early else args)
         timeline.mark("validated")
     except BaseException:
@@ -63,7 +66,9 @@ def open_gateway(args: SubmitArgs, workdir: Path, launch: JvmLaunch | None = Non
             return early, prepared
         early.close()  # the fetched config names Hadoop files: a JVM that loads them
     return ClientGateway(conf_files=list(prepared.hadoop_conf_files.values()),
-                         properties=prepared.hadoop_properties, launch=launch), prepared
+                         properties=prepared.hadoop_properties, launch=launch,
+                         principal=prepared.conf.get("tony.keytab.user") or None,
+                         keytab=prepared.conf.get("tony.keytab.location") or None), prepared
 
 
 class Submission:
@@ -76,6 +81,8 @@ class Submission:
         self.submitted = False
         self.secret: str | None = None
         self._app_classpath: list[str] | None = None
+        self.kerberos = False
+        self.tokens_end_ms = 0  # without a keytab on a Kerberos cluster: when the job's tokens die
 
     def submit(self) -> Job:
         """Check the cluster, stage, submit; the handle of the running application."""
@@ -92,6 +99,8 @@ class Submission:
             request = self._am_request(resources, meta)
             self.submitted = True  # from here on an interruption must kill the application
             self.gw.call("submit the application", self.gw.bridge.submit, self.app_id, json.dumps(request))
+            if self.kerberos and KEYTAB_LINK not in resources:
+                self.tokens_end_ms = self.gw.call("read the tokens' lifetime", self.gw.bridge.tokensEndMs)
             timeline.mark("submitted")
             return Job(self.gw, self.app_id, self.secret, self.stager.staging_dir)
         except BaseException as exc:
@@ -137,7 +146,7 @@ class Submission:
         resources: dict[str, Resource] = {}
         task_links: list[str] = []
         src_zip = self._stage_code(tmp, resources, task_links)
-        kerberos = self.gw.call("check the cluster's authentication", self.gw.bridge.securityEnabled)
+        kerberos = self.kerberos = self.gw.call("check the cluster's authentication", self.gw.bridge.securityEnabled)
         # The secret reaches task containers in their credentials; the spec, tony-final.xml and
         # src_dir from the AM or, on a Kerberos cluster or when too large, by localization.
         files_from_am, src_from_am, localized = job_file_delivery(
@@ -148,7 +157,7 @@ class Submission:
         meta = JobMeta(
             app_id=self.app_id,
             staging_dir=self.stager.staging_dir,
-            user=getpass.getuser(),
+            user=self.gw.user or getpass.getuser(),
             resources={},
             task_resources=task_links,
             task_python=self.job.task_python,
@@ -218,6 +227,9 @@ class Submission:
             resources[name] = st.upload_private(Path(local), name)
         self.secret = appsecret.generate()
         resources[appsecret.SECRET_FILE] = st.write_text(appsecret.SECRET_FILE, self.secret, mode=0o600)
+        keytab = self.job.conf.get("tony.keytab.location")
+        if self.kerberos and keytab:  # the AM's only: it renews the job's tokens with it (TokenRenewal.java)
+            resources[KEYTAB_LINK] = st.upload_private(Path(keytab), KEYTAB_LINK)
         resources["tony-final.xml"] = st.write_text("tony-final.xml", to_xml(final_conf(self.job, self.app_id)))
         intermediate, finished = history_layout.roots(self.job.conf.get, st.home)
         spec = dataclasses.replace(self.job.spec, history_intermediate=intermediate, history_finished=finished)
@@ -259,6 +271,24 @@ class Submission:
                                                     self.gw.bridge.applicationClasspath))
         return self._app_classpath
 
+    def _token_file_systems(self) -> list[str]:
+        """Every file system the job touches besides the default one: staging, history,
+        tony.other.namenodes, a remote venv or src_dir (TonY's TonyClient.getTokens)."""
+        spec, args = self.job.spec, self.job.args
+        places = [self.stager.staging_dir, *spec.other_namenodes]
+        places += [p for p in (args.python_venv, args.src_dir) if p and "://" in p]
+        places += history_layout.roots(self.job.conf.get, "")  # their own file systems, if named
+        return list(dict.fromkeys(p for p in places if p))
+
+    def _renewal_env(self, resources: dict[str, Resource]) -> dict[str, str]:
+        """With a keytab: whom the AM logs in as, and which file systems it renews tokens for."""
+        if KEYTAB_LINK not in resources:
+            return {}
+        return {"TONY_KEYTAB_PRINCIPAL": self.job.conf.get("tony.keytab.user"),
+                # base64: a launch script's export mangles JSON's quotes and commas
+                "TONY_TOKEN_FILE_SYSTEMS": base64.b64encode(
+                    json.dumps({"file_systems": self._token_file_systems()}).encode()).decode()}
+
     def _am_request(self, resources: dict[str, Resource], meta: JobMeta) -> dict:
         spec = self.job.spec
         classpath = ["{{PWD}}", "{{PWD}}/" + JAR_LINK] + self._application_classpath()
@@ -266,6 +296,8 @@ class Submission:
                         for k in (JAR_LINK, RUNTIME_LINK, "tony-final.xml", SPEC_FILE, "tony-job.json",
                                   appsecret.SECRET_FILE)}
         am_resources.update({name: resources[name].to_json() for name in self.job.hadoop_conf_files})
+        if KEYTAB_LINK in resources:
+            am_resources[KEYTAB_LINK] = resources[KEYTAB_LINK].to_json()
         if meta.src_from_am:  # served to the executors from the AM's copy
             am_resources[SRC_LINK] = resources[SRC_LINK].to_json()
         if spec.single_node:  # the AM's container runs the task: it needs the task's files too
@@ -283,7 +315,8 @@ class Submission:
             # The RM ends the application a little after tony.application.timeout even if no client
             # or AM is left to do it (the AM's own timeout, with a clear reason, comes first).
             "lifetime_s": math.ceil(spec.timeout_ms / 1000) + LIFETIME_GRACE_S if spec.timeout_ms else 0,
-            "other_namenodes": list(spec.other_namenodes),
+            # On a Kerberos cluster the AM gets a delegation token for each (and the default FS).
+            "token_file_systems": self._token_file_systems(),
             # A new AM attempt re-adopts the running tasks instead of starting over.
             "keep_containers": True,
             "memory_mb": spec.am.memory_mb,
@@ -296,6 +329,7 @@ class Submission:
                     "PYTHONPATH": f"{{{{PWD}}}}/{RUNTIME_LINK}:{{{{PWD}}}}/{RUNTIME_LINK}/deps",
                     "PYTHONUNBUFFERED": "1",
                     "TONY_AM_PYTHON": self.job.conf.get("tony.am.python") or "python3",
+                    **self._renewal_env(resources),
                     **docker_env(spec, spec.docker_am_image),
                 },
                 "commands": [f"{{{{JAVA_HOME}}}}/bin/java {java_opts} {AM_CLASS} 1><LOG_DIR>/am.log 2>&1"],

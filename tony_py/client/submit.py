@@ -56,6 +56,13 @@ def compact_history(gw, prepared: PreparedJob, job) -> None:
         print(f"tony: warning: could not compact the job history: {exc}", file=sys.stderr)
 
 
+def token_lifetime_note(end_ms: int) -> str:
+    """Without a keytab a job lives on the tokens it was submitted with: say until when."""
+    end = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(end_ms / 1000))
+    return (f"note: no keytab, so this job runs on the delegation tokens it was submitted with; they end at {end}: "
+            "anything it starts or reads on HDFS after that fails (give --principal and --keytab for longer jobs)")
+
+
 def run(gw, prepared: PreparedJob, prog: str, out=sys.stdout) -> int:
     def say(text: str) -> None:
         if not prepared.args.quiet:
@@ -72,6 +79,8 @@ def run(gw, prepared: PreparedJob, prog: str, out=sys.stdout) -> int:
         say(f"reused from the cache (not uploaded): {', '.join(submission.reused)}")
     spec = prepared.spec
     say(f"submitted {job.app_id}: {spec.framework}, " + ", ".join(f"{t.instances} x {t.name}" for t in spec.types))
+    if submission.tokens_end_ms:
+        say(token_lifetime_note(submission.tokens_end_ms))
     if prepared.args.detach:
         print(job.app_id, file=out)
         return 0  # the AM deletes the staging dir when the job ends

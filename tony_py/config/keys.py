@@ -38,6 +38,7 @@ tony.containers.allocation-tags tony.docker.enabled tony.docker.containers.image
 tony.other.namenodes tony.task.gpu-metrics.enabled tony.gpu.assignment tony.am.command
 tony.application.hdfs-conf-path tony.application.yarn-conf-path tony.application.mapred-conf-path
 tony.history.location tony.history.intermediate tony.history.finished tony.history.retention-sec tony.portal.url
+tony.keytab.user tony.keytab.location
 """.split())
 # Families of keys with a name inside them.
 SUPPORTED_PATTERNS = (
@@ -65,7 +66,7 @@ NOT_YET: tuple[str, ...] = (
     "tony.application.enable-preprocess", "tony.application.hadoop.location", "tony.application.hadoop.classpath",
     "tony.am.node-label", "tony.am.resources", "tony.gpu-exec-path",
     "tony.history.mover-interval-ms", "tony.history.purger-interval-ms", "tony.history.finished-dir-timezone",
-    "tony.portal.cache.max-entries", "tony.keytab.", "tony.https.", "tony.http.", "tony.secret.",
+    "tony.portal.cache.max-entries", "tony.https.", "tony.http.", "tony.secret.",
 )
 PER_TYPE_NOT_YET = frozenset("depends-on".split())
 _PER_TYPE_KEY = re.compile(r"^tony\.([a-z]+)\.([a-z.-]+)$")

@@ -5,6 +5,8 @@ import io.tonypy.bridge.Json;
 import io.tonypy.bridge.LaunchSpecs;
 import com.google.gson.JsonObject;
 import java.io.IOException;
+import java.net.InetSocketAddress;
+import javax.security.auth.kerberos.KerberosTicket;
 import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -12,7 +14,13 @@ import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import org.apache.hadoop.io.DataOutputBuffer;
+import org.apache.hadoop.io.Text;
 import org.apache.hadoop.security.Credentials;
+import org.apache.hadoop.security.SecurityUtil;
+import org.apache.hadoop.security.token.Token;
+import org.apache.hadoop.security.token.TokenIdentifier;
+import org.apache.hadoop.yarn.security.client.RMDelegationTokenIdentifier;
+import org.apache.hadoop.yarn.util.ConverterUtils;
 import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.hadoop.yarn.api.records.ApplicationId;
 import org.apache.hadoop.yarn.api.records.ApplicationReport;
@@ -40,23 +48,34 @@ public final class ClientBridge {
   private final FsBridge fs;
   private final Map<String, YarnClientApplication> created = new HashMap<>();
   private boolean resourceTypesLoaded;
+  private long tokensEndMs;
 
-  public ClientBridge() {
-    this(new String[0], "{}");
+  public ClientBridge() throws IOException {
+    this(new String[0], "{}", null, null);
   }
 
   /**
    * confFiles: extra Hadoop configuration files, loaded over HADOOP_CONF_DIR's (TonY's
    * tony.application.hdfs-conf-path / yarn-conf-path / mapred-conf-path); propertiesJson:
    * settings given on the command line (`--conf k=v`, the jar's `-D k=v`), over both.
+   * principal/keytab (both or neither): on a Kerberos cluster, log in from the keytab instead of
+   * using the ticket cache or a scheduler's token file (HADOOP_TOKEN_FILE_LOCATION).
    */
-  public ClientBridge(String[] confFiles, String propertiesJson) {
+  public ClientBridge(String[] confFiles, String propertiesJson, String principal, String keytab)
+      throws IOException {
     conf = new YarnConfiguration();
     for (String file : confFiles) {
       conf.addResource(new org.apache.hadoop.fs.Path(file));
     }
     for (Map.Entry<String, com.google.gson.JsonElement> e : Json.parse(propertiesJson).entrySet()) {
       conf.set(e.getKey(), e.getValue().getAsString(), "command line");
+    }
+    // Before any client exists: they capture the current user when they are created.
+    UserGroupInformation.setConfiguration(conf);
+    if (principal != null && !principal.isEmpty()) {
+      UserGroupInformation.loginUserFromKeytab(principal, keytab);
+    } else {
+      adoptTokenOwner();
     }
     yarn = YarnClient.createYarnClient();
     yarn.init(conf);
@@ -119,6 +138,97 @@ public final class ClientBridge {
     return UserGroupInformation.isSecurityEnabled();
   }
 
+  /**
+   * Who this client is to a secure cluster, for the client to judge before it asks the cluster
+   * anything: {secure, user (short name), principal, keytab, tgt_end_ms (0: no ticket), tokens
+   * (kinds), token_file}. No secret leaves the JVM.
+   */
+  public String credentialsJson() throws IOException {
+    Map<String, Object> out = new LinkedHashMap<>();
+    boolean secure = UserGroupInformation.isSecurityEnabled();
+    out.put("secure", secure);
+    if (!secure) {
+      return Json.write(out);
+    }
+    UserGroupInformation ugi = UserGroupInformation.getCurrentUser();
+    out.put("user", ugi.getShortUserName());
+    out.put("principal", ugi.getUserName());
+    out.put("keytab", ugi.isFromKeytab());
+    out.put("tgt_end_ms", tgtEnd(ugi));
+    List<String> kinds = new ArrayList<>();
+    for (Token<?> t : ugi.getCredentials().getAllTokens()) {
+      kinds.add(t.getKind().toString());
+    }
+    out.put("tokens", kinds);
+    out.put("token_file", System.getenv(UserGroupInformation.HADOOP_TOKEN_FILE_LOCATION));
+    return Json.write(out);
+  }
+
+  /**
+   * A scheduler's token file and no ticket (Azkaban, Oozie): act as the tokens' owner, whom HDFS
+   * and YARN see anyway, so that home and staging dirs are that user's and not the OS account's
+   * (the scheduler's service account, or a container's user).
+   */
+  private static void adoptTokenOwner() throws IOException {
+    if (!UserGroupInformation.isSecurityEnabled()) {
+      return;
+    }
+    UserGroupInformation login = UserGroupInformation.getLoginUser();
+    if (tgtEnd(login) > 0) {
+      return;
+    }
+    for (Token<?> t : login.getCredentials().getAllTokens()) {
+      if (!"HDFS_DELEGATION_TOKEN".equals(t.getKind().toString())) {
+        continue;
+      }
+      TokenIdentifier id = t.decodeIdentifier();
+      String owner = id == null || id.getUser() == null ? null : id.getUser().getShortUserName();
+      if (owner != null && !owner.equals(login.getShortUserName())) {
+        UserGroupInformation user = UserGroupInformation.createRemoteUser(owner);
+        user.addCredentials(login.getCredentials());
+        UserGroupInformation.setLoginUser(user);
+      }
+      return;
+    }
+  }
+
+  /**
+   * What a scheduler hands the jobs it launches: this user's delegation tokens for the default
+   * file system and the ResourceManager, written to path in Hadoop's token storage format (for
+   * HADOOP_TOKEN_FILE_LOCATION), mode 0600.
+   */
+  public void writeTokenFile(String path) throws IOException, YarnException {
+    ByteBuffer tokens = securityTokens(new ArrayList<>());
+    if (tokens == null) {
+      throw new IOException("this cluster does not use Kerberos: there are no delegation tokens to write");
+    }
+    java.nio.file.Path file = java.nio.file.Paths.get(path);
+    java.nio.file.Files.deleteIfExists(file);
+    java.nio.file.Files.createFile(
+        file,
+        java.nio.file.attribute.PosixFilePermissions.asFileAttribute(
+            java.nio.file.attribute.PosixFilePermissions.fromString("rw-------")));
+    java.nio.file.Files.write(file, java.util.Arrays.copyOfRange(tokens.array(), tokens.position(), tokens.limit()));
+  }
+
+  /** When the user's ticket-granting ticket ends (ms since the epoch), 0 if there is none. */
+  private static long tgtEnd(UserGroupInformation ugi) {
+    javax.security.auth.Subject subject =
+        ugi.doAs(
+            (java.security.PrivilegedAction<javax.security.auth.Subject>)
+                () -> javax.security.auth.Subject.getSubject(java.security.AccessController.getContext()));
+    if (subject == null) {
+      return 0;
+    }
+    long end = 0;
+    for (KerberosTicket t : subject.getPrivateCredentials(KerberosTicket.class)) {
+      if (t.getServer().getName().startsWith("krbtgt/") && t.getEndTime() != null) {
+        end = Math.max(end, t.getEndTime().getTime());
+      }
+    }
+    return end;
+  }
+
   /** Whether the scheduler knows the queue (checked before anything is created). */
   public boolean queueExists(String queue) throws IOException, YarnException {
     return yarn.getQueueInfo(queue) != null;
@@ -178,30 +288,92 @@ public final class ClientBridge {
     }
     ctx.setResource(res);
     boolean security = !spec.has("security") || spec.get("security").getAsBoolean();
-    ContainerLaunchContext clc =
-        LaunchSpecs.toLaunchContext(
-            spec.get("launch").toString(), security ? securityTokens(Json.strings(spec, "other_namenodes")) : null);
+    ByteBuffer tokens = security ? securityTokens(Json.strings(spec, "token_file_systems")) : null;
+    // Tokens the user already held (a scheduler's token file) are theirs to use again after this
+    // job: the ResourceManager must not cancel them when the application ends.
+    ctx.setCancelTokensWhenComplete(!holdsTokens());
+    ContainerLaunchContext clc = LaunchSpecs.toLaunchContext(spec.get("launch").toString(), tokens);
     ctx.setAMContainerSpec(clc);
     yarn.submitApplication(ctx);
   }
 
   /**
-   * HDFS delegation tokens for the AM when Kerberos is on (none in simple-auth mode): for the
-   * default file system and for each of tony.other.namenodes.
+   * The AM's credentials on a Kerberos cluster (none in simple-auth mode): the user's own tokens
+   * (a scheduler's token file among them) plus whatever is missing of an HDFS delegation token for
+   * each of fileSystems (the default FS, staging, history, tony.other.namenodes, a remote venv or
+   * src_dir) and a ResourceManager delegation token, all renewable by the ResourceManager (which
+   * renews them while the application runs). A file system whose token the user already holds
+   * is not asked again, so a token-file-only client (Azkaban, Oozie) submits without a ticket.
    */
-  private ByteBuffer securityTokens(List<String> otherNamenodes) throws IOException {
+  private ByteBuffer securityTokens(List<String> fileSystems) throws IOException, YarnException {
     if (!UserGroupInformation.isSecurityEnabled()) {
       return null;
     }
-    Credentials creds = new Credentials();
-    String renewer = conf.get(YarnConfiguration.RM_PRINCIPAL, "yarn");
+    Credentials creds = new Credentials(UserGroupInformation.getCurrentUser().getCredentials());
+    String renewer = rmPrincipal();
     org.apache.hadoop.fs.FileSystem.get(conf).addDelegationTokens(renewer, creds);
-    for (String uri : otherNamenodes) {
-      new org.apache.hadoop.fs.Path(uri).getFileSystem(conf).addDelegationTokens(renewer, creds);
+    for (String uri : fileSystems) {
+      try {
+        new org.apache.hadoop.fs.Path(uri).getFileSystem(conf).addDelegationTokens(renewer, creds);
+      } catch (IOException e) {
+        throw new IOException("cannot get a delegation token for " + uri + ": " + e.getMessage(), e);
+      }
+    }
+    if (!hasToken(creds, RMDelegationTokenIdentifier.KIND_NAME)) {
+      InetSocketAddress rm =
+          conf.getSocketAddr(
+              YarnConfiguration.RM_ADDRESS,
+              YarnConfiguration.DEFAULT_RM_ADDRESS,
+              YarnConfiguration.DEFAULT_RM_PORT);
+      Token<TokenIdentifier> token =
+          ConverterUtils.convertFromYarn(yarn.getRMDelegationToken(new Text(renewer)), rm);
+      creds.addToken(token.getService(), token);
+    }
+    tokensEndMs = Long.MAX_VALUE;
+    for (Token<?> t : creds.getAllTokens()) {
+      TokenIdentifier id = t.decodeIdentifier();
+      if (id instanceof org.apache.hadoop.security.token.delegation.AbstractDelegationTokenIdentifier) {
+        long max = ((org.apache.hadoop.security.token.delegation.AbstractDelegationTokenIdentifier) id).getMaxDate();
+        tokensEndMs = Math.min(tokensEndMs, max);
+      }
     }
     DataOutputBuffer dob = new DataOutputBuffer();
     creds.writeTokenStorageToStream(dob);
     return ByteBuffer.wrap(dob.getData(), 0, dob.getLength());
+  }
+
+  /**
+   * When the first of the last submitted application's delegation tokens reaches its max
+   * lifetime (ms since the epoch; 0 on a cluster without Kerberos).
+   */
+  public long tokensEndMs() {
+    return tokensEndMs == Long.MAX_VALUE ? 0 : tokensEndMs;
+  }
+
+  private static boolean holdsTokens() throws IOException {
+    return UserGroupInformation.isSecurityEnabled()
+        && !UserGroupInformation.getCurrentUser().getCredentials().getAllTokens().isEmpty();
+  }
+
+  private static boolean hasToken(Credentials creds, Text kind) {
+    for (Token<?> t : creds.getAllTokens()) {
+      if (kind.equals(t.getKind())) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** The ResourceManager's principal, _HOST resolved: the renewer of the application's tokens. */
+  private String rmPrincipal() throws IOException {
+    InetSocketAddress rm =
+        conf.getSocketAddr(
+            YarnConfiguration.RM_ADDRESS, YarnConfiguration.DEFAULT_RM_ADDRESS, YarnConfiguration.DEFAULT_RM_PORT);
+    String pattern = conf.get(YarnConfiguration.RM_PRINCIPAL);
+    if (pattern == null || pattern.isEmpty()) {
+      throw new IOException(YarnConfiguration.RM_PRINCIPAL + " is not set: cannot name the renewer of the job's tokens");
+    }
+    return SecurityUtil.getServerPrincipal(pattern, rm.getHostName());
   }
 
   /**
