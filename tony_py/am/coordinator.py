@@ -336,4 +336,6 @@ def _container_end(exit_status: int, detail: str) -> str:
     detail = (detail or "").strip()
     if detail:
         reason += f"; YARN: {detail.splitlines()[0][:300]}"
+    if policy.tokens_expired(detail):
+        reason += policy.TOKENS_EXPIRED_HINT
     return reason

@@ -26,6 +26,7 @@ from tony_py.am.coordinator import Coordinator
 from tony_py.am.recovery import FAST_HEARTBEAT_MS
 from tony_py.am import events as ev
 from tony_py.am import report
+from tony_py.am import tokens
 from tony_py.am.history import HistoryWriter
 from tony_py.am.launch import JobMeta
 from tony_py.am.local import LocalProcessPort
@@ -134,6 +135,9 @@ def connect() -> Attempt:
                    rm_silence=lambda: bridge.rmSilentMs() / 1000,
                    proxy_viewer=report.proxy_viewers(user, spec.view_acls, bridge.aclsEnabled()),
                    rm_silence_limit_s=max(RM_SILENCE_MIN_S, bridge.amExpiryMs() / 2000))
+    # With the submitter's keytab: new delegation tokens before the old ones expire (tokens.py).
+    token_server = tokens.start(bridge, secret, host, socket.gethostbyname(host), Path.cwd())
+    am.server.token_offer = token_server.offer if token_server else None
     submitted_ms = os.environ.get("APP_SUBMIT_TIME_ENV")
     attempt = Attempt(bridge, spec, meta, number, host, user, secret, store, am,
                       submitted_at=int(submitted_ms) / 1000 if submitted_ms else None)

@@ -14,6 +14,7 @@ while tony.am.retry-count allows (synchronous training cannot go on with a membe
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 from tony_py.am.tasks import Task
@@ -255,3 +256,18 @@ def after_chief(spec: JobSpec, tasks: dict[str, Task], chief_done_at: float | No
     names = ", ".join(t.name for t in lingering)
     return lingering, Decision(Action.SUCCEED, f"the chief succeeded; stopped {names}, still running "
                                                f"{limit / 1000:.0f} s after it (tony.application.after-chief-timeout-ms)")
+
+
+
+# Hadoop's words for a delegation token that is dead (AbstractDelegationTokenSecretManager,
+# InvalidToken): past its max lifetime, or no longer renewed.
+_DEAD_TOKEN = re.compile(r"(InvalidToken|DELEGATION_TOKEN|[Tt]oken ).{0,300}?(has expired|is expired|can't be found in cache)",
+                         re.S)
+TOKENS_EXPIRED_HINT = ("; the job's delegation tokens have expired (without a keytab a job lives on the tokens it was "
+                       "submitted with: resubmit with --principal and --keytab to have the AM renew them)")
+
+
+def tokens_expired(text: str) -> bool:
+    """Whether a failure's words (YARN's for a container, or a task's stderr) say the job's
+    delegation tokens are dead."""
+    return bool(_DEAD_TOKEN.search(text or ""))

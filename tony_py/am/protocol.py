@@ -293,5 +293,7 @@ class ExecutorProtocol:
                        f"{self.job.spec.execution_timeout_ms}")
         if error and error.get("message"):
             message += f": {error.get('type') or 'error'}: {error['message']}"
+        if policy.tokens_expired(stderr_tail):
+            message += policy.TOKENS_EXPIRED_HINT
         self.recovery.fail(task, kind, message, exit_code=exit_code, signal=signal, stderr_tail=stderr_tail,
                            error=error, when=task.finished_at)

@@ -70,6 +70,8 @@ class AmHttpServer:
         self.status_fn = status
         self.trusted_addresses = trusted_addresses
         self.proxy_viewer = proxy_viewer  # whom the proxy relays detail to (report.proxy_viewers)
+        # Renewed delegation tokens, where to fetch them (tokens.py): carried by heartbeat answers.
+        self.token_offer: Callable[[], dict | None] | None = None
         self.final_status_served = threading.Event()
         self.http = HttpServer(address, self._handle, max_connections=max_connections,
                                request_timeout_s=REQUEST_TIMEOUT_S, idle_timeout_s=IDLE_TIMEOUT_S, max_body=MAX_BODY)
@@ -286,8 +288,10 @@ class AmHttpServer:
         if path == "/v1/started":
             return c.task_started(task, attempt, container, int_field(body, "pid", 0, 1 << 31, optional=True) or 0)
         if path == "/v1/heartbeat":
-            return c.heartbeat(task, attempt, container, metrics_field(body),
-                               seconds_field(body, "progress_age_s", 0.0, 1e9, optional=True))
+            answer = c.heartbeat(task, attempt, container, metrics_field(body),
+                                 seconds_field(body, "progress_age_s", 0.0, 1e9, optional=True))
+            offer = self.token_offer() if self.token_offer is not None else None
+            return dict(answer, tokens=offer) if offer and isinstance(answer, dict) else answer
         if path == "/v1/callback":
             info = body.get("info")
             if not isinstance(info, dict) or len(json.dumps(info)) > 4096:

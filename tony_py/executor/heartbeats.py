@@ -38,11 +38,13 @@ class _Lane:
 
 class Heartbeats:
     def __init__(self, channel: AmChannel, secret: str, principal: str, interval_s: float,
-                 body: Callable[[], dict], fence: Callable[[], None]):
+                 body: Callable[[], dict], fence: Callable[[], None],
+                 tokens: Callable[[object], None] = lambda offer: None):
         self.channel = channel
         self.interval_s = interval_s
         self.body = body  # the next heartbeat's body (task, attempt, container, metrics, ...)
         self.fence = fence  # kills the task's process group
+        self.tokens = tokens  # renewed delegation tokens on offer (tony_py/executor/tokens.py)
         self.lanes = [_Lane(Signer(secret, f"{principal}.hb{i}")) for i in range(LANES)]
         self.instruction: dict | None = None  # an answer that is not "continue"
         self.refused: str | None = None  # a signed client error: a bug on one side, not a fault
@@ -100,3 +102,5 @@ class Heartbeats:
             self.refused = f"HTTP {status}: {str((answer or {}).get('error', ''))[:300]}"
         elif isinstance(answer, dict) and answer.get("action") in ("exit", "restart"):
             self.instruction = answer
+        elif isinstance(answer, dict) and answer.get("tokens"):
+            self.tokens(answer["tokens"])

@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from tony_py.appsecret import TOKEN_FILE_ENV
 from tony_py.errors import EXECUTOR_AM_LOST, EXECUTOR_REFUSED
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.gpus import find_nvidia_smi, nodemanager_assignment
@@ -27,6 +28,7 @@ from tony_py.executor.heartbeats import Heartbeats
 from tony_py.executor.metrics import MetricsSampler
 from tony_py.executor.process import UserProcess, describe_returncode, tail
 from tony_py.executor.settings import Instruction, Settings, check
+from tony_py.executor.tokens import TokenRefresher
 from tony_py.executor.taskenv import (describe_command, listening, progress_age, read_error_file, reserve_ports,
                                       user_env)
 from tony_py.frameworks.envplan import expand
@@ -54,6 +56,8 @@ class Executor:
         self.sampler = MetricsSampler(False)
         self.metrics: dict = {}  # a sample waiting for the next heartbeat
         self.terminated = threading.Event()
+        self.tokens = TokenRefresher(settings.secret, settings.container_id or settings.task,
+                                     os.environ.get(TOKEN_FILE_ENV))
 
     def _body(self, attempt: int, **extra) -> dict:
         body = {"task": self.s.task, "attempt": attempt, "container": self.s.container_id}
@@ -205,7 +209,8 @@ class Executor:
         started = time.monotonic()
         next_metrics = next_probe = 0.0
         beats = Heartbeats(self.channel, self.s.secret, self.s.container_id or self.s.task, self.s.heartbeat_s,
-                           body=lambda: self._beat_body(attempt), fence=self.child.kill_now).start()
+                           body=lambda: self._beat_body(attempt), fence=self.child.kill_now,
+                           tokens=self.tokens.offered).start()
         try:
             while True:
                 code = self.child.poll(timeout=0.1)

@@ -67,18 +67,22 @@ public final class AmBridge {
   private final ApplicationAttemptId attemptId;
   private AMRMClientAsync<ContainerRequest> amrm;
   private NMClientAsync nm;
-  private ByteBuffer taskTokens;
+  private volatile ByteBuffer taskTokens;
+  private String secretAlias;
+  private String appSecret;
+  private TokenRenewal renewal;
   private volatile float progress;
   private volatile boolean unregistered;
   /** When the RM last answered this attempt (System.nanoTime): its lease on the application. */
   private volatile long rmAnsweredNanos = System.nanoTime();
 
-  public AmBridge() {
+  public AmBridge() throws IOException {
     String cid = System.getenv(ApplicationConstants.Environment.CONTAINER_ID.name());
     if (cid == null) {
       throw new IllegalStateException("CONTAINER_ID is not set: not running in a YARN container");
     }
     attemptId = ContainerId.fromString(cid).getApplicationAttemptId();
+    TokenRenewal.loginFromKeytab();  // before the first HDFS or RM call of this attempt
   }
 
   public String applicationId() {
@@ -128,6 +132,8 @@ public final class AmBridge {
    * tony_py/appsecret.py names the alias and reads it back.
    */
   public void start(int heartbeatMs, String secretAlias, String appSecret) throws IOException {
+    this.secretAlias = secretAlias;
+    this.appSecret = appSecret;
     taskTokens = taskTokens(secretAlias, appSecret);
     amrm = AMRMClientAsync.createAMRMClientAsync(new RmLeaseClient(), heartbeatMs, new RmHandler());
     amrm.init(conf);
@@ -138,6 +144,59 @@ public final class AmBridge {
     // Containers must survive an AM attempt that dies (they are re-adopted by the next one);
     // Python stops what it wants stopped.
     nm.getClient().cleanupRunningContainersOnStop(false);
+  }
+
+  /**
+   * With the submitter's keytab (TokenRenewal): new delegation tokens at 75 % of their renewal
+   * interval for the default FS and those of fileSystemsJson ({"file_systems": [paths or URIs]}), used by this
+   * process and put into every container started afterwards. Returns false without a keytab.
+   */
+  public boolean startTokenRenewal(String fileSystemsJson) throws IOException, InterruptedException {
+    if (TokenRenewal.keytabPrincipal() == null) {
+      return false;
+    }
+    List<String> fileSystems = Json.strings(Json.parse(fileSystemsJson), "file_systems");
+    renewal =
+        new TokenRenewal(
+            conf,
+            fileSystems,
+            () -> {
+              try {
+                taskTokens = taskTokens(secretAlias, appSecret);
+              } catch (IOException e) {
+                throw new java.io.UncheckedIOException(e);
+              }
+            });
+    renewal.start();
+    return true;
+  }
+
+  /**
+   * A fresh key and self-signed certificate for the AM's TLS listener (AmTls), written into dir;
+   * {"cert": path, "key": path, "sha256": hex digest of the certificate}.
+   */
+  public String tlsMaterial(String dir) throws Exception {
+    return Json.write(AmTls.generate(new java.io.File(dir)));
+  }
+
+  /** How many times the tokens were renewed (0: never, or no keytab). */
+  public int tokensVersion() {
+    return renewal == null ? 0 : renewal.version();
+  }
+
+  /** What a task container's token file holds now, base64 (for running executors, over TLS). */
+  public String taskTokensBase64() {
+    ByteBuffer b = taskTokens.duplicate();
+    byte[] bytes = new byte[b.remaining()];
+    b.get(bytes);
+    return java.util.Base64.getEncoder().encodeToString(bytes);
+  }
+
+  /** Renew now instead of on the timer (tests; an operator's "renew" would use it too). */
+  public void renewTokensNow() {
+    if (renewal != null) {
+      renewal.renewNow();
+    }
   }
 
   /** The AM's credentials minus the AMRM token, plus the app secret: what task containers hold. */

@@ -24,6 +24,12 @@ public final class ApplicationMaster {
   }
 
   public static void main(String[] args) throws Exception {
+    // The JDK reads no KRB5_CONFIG (MIT's variable, which a NodeManager may pass on): honour it,
+    // as the client's JVM does (tony_py/bridge/jvm.py), before the keytab login in AmBridge.
+    String krb5 = System.getenv("KRB5_CONFIG");
+    if (krb5 != null && !krb5.isEmpty() && System.getProperty("java.security.krb5.conf") == null) {
+      System.setProperty("java.security.krb5.conf", krb5);
+    }
     AmBridge bridge = new AmBridge();
     byte[] raw = new byte[32];
     new SecureRandom().nextBytes(raw);

@@ -1,0 +1,175 @@
+package io.tonypy.am;
+
+import java.io.File;
+import java.io.IOException;
+import java.net.InetSocketAddress;
+import java.security.PrivilegedExceptionAction;
+import java.util.List;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.hadoop.conf.Configuration;
+import org.apache.hadoop.fs.FileSystem;
+import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.security.Credentials;
+import org.apache.hadoop.security.SecurityUtil;
+import org.apache.hadoop.security.UserGroupInformation;
+import org.apache.hadoop.security.token.Token;
+import org.apache.hadoop.security.token.delegation.AbstractDelegationTokenIdentifier;
+import org.apache.hadoop.yarn.conf.YarnConfiguration;
+
+/**
+ * Jobs longer than their delegation tokens, with the submitter's keytab (localized to the AM's
+ * container only): the AM logs in from it before anything touches HDFS, and from then on gets a
+ * new set of HDFS tokens at 75 % of their renewal interval (as Spark and Flink do), for itself
+ * and for every container it starts later. Python learns of each new set by its version and
+ * hands it to the running executors (tony_py/am/tokens.py). YARN cannot refresh a running
+ * container's token file itself (YARN-11954), and a new AM attempt starts with the submission's
+ * tokens, so each attempt logs in again here.
+ */
+final class TokenRenewal {
+  static final String KEYTAB_FILE = "tony.keytab";
+  static final String PRINCIPAL_ENV = "TONY_KEYTAB_PRINCIPAL";
+  static final double RENEW_AT = 0.75;
+  private static final long MIN_DELAY_MS = 5_000;
+
+  private final Configuration conf;
+  private final List<String> fileSystems;
+  private final Runnable onNewTokens;
+  private final AtomicInteger version = new AtomicInteger();
+  private final ScheduledExecutorService timer =
+      Executors.newSingleThreadScheduledExecutor(
+          r -> {
+            Thread t = new Thread(r, "tony-token-renewal");
+            t.setDaemon(true);
+            return t;
+          });
+  private volatile long intervalMs;
+  /**
+   * Kerberos alone, for asking for tokens: a NameNode issues none to a caller that
+   * authenticates with a token, which is what the login user (holding the container's tokens)
+   * does. Spark keeps the same two identities.
+   */
+  private UserGroupInformation kerberos;
+  private volatile String lastError;
+
+  TokenRenewal(Configuration conf, List<String> fileSystems, Runnable onNewTokens) {
+    this.conf = conf;
+    this.fileSystems = fileSystems;
+    this.onNewTokens = onNewTokens;
+  }
+
+  /** The keytab's principal when this container holds the submitter's keytab, else null. */
+  static String keytabPrincipal() {
+    String principal = System.getenv(PRINCIPAL_ENV);
+    boolean present = principal != null && !principal.isEmpty() && new File(KEYTAB_FILE).isFile();
+    return present && UserGroupInformation.isSecurityEnabled() ? principal : null;
+  }
+
+  /**
+   * Before anything touches HDFS or the RM: log in from the keytab, keeping the container's own
+   * tokens (the AMRM token among them). Returns whether it did.
+   */
+  static boolean loginFromKeytab() throws IOException {
+    String principal = keytabPrincipal();
+    if (principal == null) {
+      return false;
+    }
+    Credentials container = UserGroupInformation.getCurrentUser().getCredentials();
+    UserGroupInformation.loginUserFromKeytab(principal, new File(KEYTAB_FILE).getAbsolutePath());
+    UserGroupInformation.getLoginUser().addCredentials(container);
+    ApplicationMaster.log("logged in from the submitter's keytab as " + principal);
+    return true;
+  }
+
+  /** Learn the tokens' renewal interval, then renew on a timer. */
+  void start() throws IOException, InterruptedException {
+    kerberos =
+        UserGroupInformation.loginUserFromKeytabAndReturnUGI(
+            keytabPrincipal(), new File(KEYTAB_FILE).getAbsolutePath());
+    intervalMs = renewalInterval();
+    schedule(delay());
+    ApplicationMaster.log(
+        "delegation tokens: renewal interval " + intervalMs / 1000 + " s, new tokens every "
+            + delay() / 1000 + " s");
+  }
+
+  int version() {
+    return version.get();
+  }
+
+  String lastError() {
+    return lastError;
+  }
+
+  long delay() {
+    return Math.max(MIN_DELAY_MS, (long) (intervalMs * RENEW_AT));
+  }
+
+  private void schedule(long delayMs) {
+    timer.schedule(this::renewNow, delayMs, TimeUnit.MILLISECONDS);
+  }
+
+  /** A new set of HDFS tokens in this process's credentials; a failure is retried sooner. */
+  void renewNow() {
+    try {
+      kerberos.checkTGTAndReloginFromKeytab();
+      Credentials fresh = new Credentials();
+      String renewer = rmPrincipal();
+      kerberos.doAs(
+          (PrivilegedExceptionAction<Void>)
+              () -> {
+                FileSystem.get(conf).addDelegationTokens(renewer, fresh);
+                for (String uri : fileSystems) {
+                  new Path(uri).getFileSystem(conf).addDelegationTokens(renewer, fresh);
+                }
+                return null;
+              });
+      // Same services: the new tokens replace the old ones, for this process and for containers.
+      UserGroupInformation.getLoginUser().addCredentials(fresh);
+      lastError = null;
+      int v = version.incrementAndGet();
+      onNewTokens.run();
+      ApplicationMaster.log("delegation tokens renewed (set " + v + ", " + fresh.numberOfTokens() + " tokens)");
+      schedule(delay());
+    } catch (Exception e) {
+      lastError = String.valueOf(e);
+      ApplicationMaster.log("could not get new delegation tokens, trying again in 10 s: " + e);
+      schedule(Math.min(10_000, delay()));
+    }
+  }
+
+  /**
+   * The NameNode's renewal interval, as Spark learns it: a token whose renewer is this
+   * principal, renewed once (the new expiry less its issue date), then cancelled.
+   */
+  private long renewalInterval() throws IOException, InterruptedException {
+    UserGroupInformation ugi = kerberos;
+    return ugi.doAs(
+        (PrivilegedExceptionAction<Long>)
+            () -> {
+              Credentials probe = new Credentials();
+              Token<?>[] tokens = FileSystem.get(conf).addDelegationTokens(ugi.getUserName(), probe);
+              if (tokens == null || tokens.length == 0) {
+                throw new IOException("the default file system issued no delegation token");
+              }
+              Token<?> token = tokens[0];
+              long expiry = token.renew(conf);
+              long issued = ((AbstractDelegationTokenIdentifier) token.decodeIdentifier()).getIssueDate();
+              token.cancel(conf);
+              return Math.max(1_000, expiry - issued);
+            });
+  }
+
+  private String rmPrincipal() throws IOException {
+    InetSocketAddress rm =
+        conf.getSocketAddr(
+            YarnConfiguration.RM_ADDRESS, YarnConfiguration.DEFAULT_RM_ADDRESS, YarnConfiguration.DEFAULT_RM_PORT);
+    return SecurityUtil.getServerPrincipal(conf.get(YarnConfiguration.RM_PRINCIPAL), rm.getHostName());
+  }
+
+  void stop() {
+    timer.shutdownNow();
+  }
+}
