@@ -1,0 +1,284 @@
+"""Kerberos end to end on the secure local cluster (its own KDC; RPC authenticated, authorized
+and encrypted; block tokens; SASL data transfer): every way users submit, tasks that use HDFS with
+their delegation tokens only, credentials that are missing or wrong, and a second user."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from support import JOBS, PYTHON, ROOT, app_id_in, probe_records
+from tony_py import api
+from tony_py.cluster import secure
+
+ALICE = secure.principal("alice")
+BOB = secure.principal("bob")
+FAST = ["--conf", "tony.am.memory=512m", "--conf", "tony.worker.memory=512m"]
+
+
+def hdfs_io_args(cluster, base: str, workers: int = 2, params: str = "") -> list[str]:
+    return ["--src_dir", str(JOBS), "--executes", "hdfs_io.py", "--python_binary_path", PYTHON,
+            "--task_params", f"{cluster.lib_dir} {base} {params}".strip(),
+            "--conf", "tony.application.framework=pytorch",
+            "--conf", f"tony.worker.instances={workers}", *FAST]
+
+
+@pytest.fixture
+def hdfs_dir(cluster, request):
+    """A fresh dir in alice's home with an input file (written as alice), removed after."""
+    base = f"/user/alice/it-{request.node.name[:40]}-{os.getpid()}"
+    gw = cluster.gateway(ALICE, cluster.keytab("alice"))
+    try:
+        gw.call("mkdir", gw.fs.mkdirs, f"{base}/out", 0o700)
+        gw.call("write input", gw.fs.writeText, f"{base}/input.txt", "forty-two\n", 0o600)
+        yield base, gw
+        gw.call("clean", gw.fs.delete, base, True)
+    finally:
+        gw.close()
+
+
+def status_json(cluster) -> dict:
+    out = subprocess.run([PYTHON, "-m", "tony_py.cluster", "status", "--workdir", str(cluster.workdir), "--json"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_status_says_the_cluster_is_secure_and_how_to_get_a_ticket(cluster):
+    info = status_json(cluster)
+    assert info["secure"] is True and info["state"] == "running"
+    assert info["user_principal"] == ALICE and os.path.isfile(info["user_keytab"])
+    assert os.stat(info["user_keytab"]).st_mode & 0o077 == 0  # keytabs are secrets: 0600
+    text = subprocess.run([PYTHON, "-m", "tony_py.cluster", "status", "--workdir", str(cluster.workdir)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60).stdout
+    assert f"export KRB5_CONFIG={info['krb5_conf']}" in text
+    assert f"kinit -kt {info['user_keytab']} {ALICE}" in text
+    # The daemons really are secure: a client without credentials is refused by the NameNode.
+    anonymous = subprocess.run(
+        ["java", "-Xmx128m", f"-Djava.security.krb5.conf={info['krb5_conf']}", "-cp",
+         f"{cluster.conf_dir}:{cluster.lib_dir}/*", "org.apache.hadoop.fs.FsShell", "-ls", "/"],
+        capture_output=True, text=True, timeout=120, env=dict(os.environ, KRB5CCNAME="FILE:/nonexistent"))
+    assert anonymous.returncode != 0 and "Client cannot authenticate via:[TOKEN, KERBEROS]" in anonymous.stderr
+
+
+def test_pytorch_tasks_read_and_write_hdfs_with_their_tokens_only(cluster, tony, hdfs_dir):
+    base, gw = hdfs_dir
+    run = tony(*hdfs_io_args(cluster, base))  # alice's ticket cache (cluster.env)
+    assert run.rc == 0, run.output[-3000:]
+    assert cluster.app(run.app_id)["user"] == "alice"
+    for i in range(2):
+        text = gw.call("read output", gw.fs.readText, f"{base}/out/worker-{i}.txt")
+        assert text == f"worker-{i} read forty-two\n"
+
+
+def test_pytorch_ddp_example_trains_with_a_ticket_cache(cluster, tony):
+    run = tony("--src_dir", str(ROOT / "examples/pytorch_ddp"), "--executes", "train.py",
+               "--python_binary_path", PYTHON, "--conf_file", str(ROOT / "examples/pytorch_ddp/tony.xml"),
+               timeout=400)
+    assert run.rc == 0, run.output[-3000:]
+    assert cluster.app(run.app_id)["finalStatus"] == "SUCCEEDED"
+
+
+def test_tensorflow_example_trains_with_principal_and_keytab_and_no_ticket(cluster, tony, tmp_path):
+    run = tony("--principal", ALICE, "--keytab", cluster.keytab("alice"),
+               "--src_dir", str(ROOT / "examples/tensorflow"), "--executes", "multi_worker.py",
+               "--task_params", f"--checkpoint_dir {tmp_path / 'ckpt'}", "--python_binary_path", PYTHON,
+               "--conf_file", str(ROOT / "examples/tensorflow/multi_worker.xml"),
+               "--shell_env", "LD_LIBRARY_PATH=/usr/lib/jvm",
+               env={"KRB5CCNAME": f"FILE:{tmp_path / 'no-ticket'}"}, timeout=480)
+    assert run.rc == 0, run.output[-3000:]
+    assert cluster.app(run.app_id)["user"] == "alice"
+    assert (tmp_path / "ckpt" / "digits.index").exists()
+
+
+def test_python_api_with_principal_and_keytab(cluster, probe_args, tmp_path, monkeypatch):
+    for key, value in cluster.env(KRB5CCNAME=f"FILE:{tmp_path / 'no-ticket'}").items():
+        monkeypatch.setenv(key, value)
+    job = api.submit("probe.py", src_dir=str(JOBS), python_binary_path=PYTHON,
+                     task_params=f"--out {tmp_path / 'probe'}", conf={"tony.worker.instances": "1", **dict(
+                         c.split("=", 1) for c in FAST[1::2])}, principal=BOB, keytab=cluster.keytab("bob"))
+    try:
+        assert job.wait(timeout=300) == "SUCCEEDED"
+    finally:
+        job.close()
+    assert cluster.app(job.app_id)["user"] == "bob"
+    assert set(probe_records(tmp_path)) == {"worker:0"}
+
+
+def test_hadoop_jar_with_a_keytab(cluster, tmp_path):
+    """`hadoop jar tony-py.jar … --principal --keytab`, exactly as the hadoop script execs it."""
+    from tony_py import paths
+    from tony_py.bridge import jvm
+
+    env = cluster.env(CLASSPATH=f"{cluster.conf_dir}:{cluster.lib_dir}/*", TONY_CLIENT_PYTHON=PYTHON,
+                      TONY_PY_CACHE=str(tmp_path / "cache"), KRB5CCNAME=f"FILE:{tmp_path / 'no-ticket'}")
+    cmd = [jvm.java_executable(), "-Xmx256m", *jvm.JDK17_OPENS, "-Dproc_jar", "org.apache.hadoop.util.RunJar",
+           str(paths.locate_jar()), "-principal", ALICE, "-keytab", cluster.keytab("alice"),
+           "-executes", "probe.py", "-src_dir", str(JOBS), "-python_binary_path", PYTHON,
+           "-task_params", f"--out {tmp_path / 'probe'}", "-conf", "tony.worker.instances=1", *FAST]
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert cluster.app(app_id_in(proc.stdout))["user"] == "alice"
+
+
+def test_a_schedulers_token_file_alone_submits_and_its_tokens_outlive_the_job(cluster, tony, tmp_path, hdfs_dir):
+    """Azkaban and Oozie hand the client HADOOP_TOKEN_FILE_LOCATION and no ticket."""
+    base, _ = hdfs_dir
+    tokens = tmp_path / "alice.tokens"
+    gw = cluster.gateway()
+    try:
+        gw.bridge.writeTokenFile(str(tokens))
+    finally:
+        gw.close()
+    assert tokens.stat().st_mode & 0o077 == 0
+    no_ticket = {"KRB5CCNAME": f"FILE:{tmp_path / 'no-ticket'}", "HADOOP_TOKEN_FILE_LOCATION": str(tokens)}
+    run = tony(*hdfs_io_args(cluster, base, workers=1), env=no_ticket)
+    assert run.rc == 0, run.output[-3000:]
+    assert cluster.app(run.app_id)["user"] == "alice"
+    assert "warning" not in run.stderr, run.stderr  # history compacted with the same tokens afterwards
+    # The scheduler's tokens still work after the job (the RM did not cancel them at its end).
+    again = tony(*hdfs_io_args(cluster, base.replace("it-", "it2-"), workers=1), env=no_ticket)
+    assert again.rc != 0 and "No such file" in again.output  # ran, as alice, with those tokens: no input there
+    assert cluster.app(again.app_id)["user"] == "alice"
+
+
+@pytest.mark.parametrize("case", ["no ticket", "expired ticket", "wrong keytab", "principal only", "no keytab file",
+                                  "token file without RM token"])
+def test_without_usable_credentials_exit_2_with_one_line_and_nothing_left(case, cluster, tony, probe_args, tmp_path):
+    ccache = tmp_path / "cc"
+    env = {"KRB5CCNAME": f"FILE:{ccache}"}
+    flags: list[str] = []
+    if case == "expired ticket":
+        cluster.kinit("alice", ccache, "-l", "2s")
+        time.sleep(3)
+    elif case == "wrong keytab":
+        flags = ["--principal", BOB, "--keytab", cluster.keytab("alice")]
+    elif case == "principal only":
+        flags = ["--principal", ALICE]
+    elif case == "no keytab file":
+        flags = ["--principal", ALICE, "--keytab", str(tmp_path / "missing.keytab")]
+    elif case == "token file without RM token":
+        cluster.kinit("alice", ccache)
+        gw = cluster.gateway(KRB5CCNAME=f"FILE:{ccache}")
+        try:
+            tokens = str(tmp_path / "hdfs-only.tokens")
+            gw.bridge.writeTokenFile(tokens)
+        finally:
+            gw.close()
+        ccache.unlink()
+        # Keep the HDFS token only, as a scheduler that never fetched an RM token would.
+        env["HADOOP_TOKEN_FILE_LOCATION"] = strip_rm_token(cluster, tokens)
+    before = {a["id"] for a in cluster.apps()}
+    run = tony(*probe_args("tony.worker.instances=1"), *flags, env=env, timeout=120)
+    assert run.rc == 2, run.output[-2000:]
+    line = run.stderr.strip().splitlines()
+    assert len(line) == 1, run.stderr
+    expected = {"no ticket": "kinit", "expired ticket": "kinit", "wrong keytab": f"holds no key for {BOB}",
+                "principal only": "--principal needs --keytab", "no keytab file": "no such readable file",
+                "token file without RM token": "RM_DELEGATION_TOKEN"}[case]
+    assert expected in line[0], line[0]
+    assert {a["id"] for a in cluster.apps()} == before  # no application
+    assert cluster.staging_dirs() == []
+
+
+def strip_rm_token(cluster, tokens: str) -> str:
+    """A copy of a token file without its ResourceManager token (Hadoop's own Credentials API)."""
+    out = tokens + ".hdfs"
+    gw = cluster.gateway()
+    try:
+        jvm = gw.gateway.jvm
+        conf = jvm.org.apache.hadoop.conf.Configuration()
+        creds = jvm.org.apache.hadoop.security.Credentials.readTokenStorageFile(jvm.java.io.File(tokens), conf)
+        kept = jvm.org.apache.hadoop.security.Credentials()
+        for token in creds.getAllTokens().toArray():
+            if str(token.getKind()) != "RM_DELEGATION_TOKEN":
+                kept.addToken(token.getService(), token)
+        kept.writeTokenStorageFile(jvm.org.apache.hadoop.fs.Path(f"file://{out}"), conf)
+    finally:
+        gw.close()
+    return out
+
+
+def test_a_second_user_cannot_read_the_first_users_staging_dir_or_history(cluster, tony, probe_args, tmp_path):
+    """(`tony logs` is not tested here: a NodeManager under Kerberos reads container logs with
+    SecureIOUtils, which needs Hadoop's native library, not on Maven Central; secure.py.)"""
+    run = tony(*probe_args("tony.worker.instances=1", params="--sleep worker:0:20"), "--detach")
+    assert run.rc == 0 and run.app_id, run.output[-2000:]
+    staging = f"/user/alice/.tony/{run.app_id}"
+    bob = cluster.gateway(BOB, cluster.keytab("bob"))
+    try:
+        su = cluster.superuser
+        assert su.call("look", su.fs.exists, f"{staging}/tony-secret")  # there (the superuser sees it) while it runs
+        for path in (staging, f"{staging}/tony-secret", "/user/alice/.tony/history"):
+            with pytest.raises(Exception, match="Permission denied"):
+                bob.call("list " + path, bob.fs.listDirs, path)
+    finally:
+        bob.close()
+    wait = subprocess.run([PYTHON, "-c", f"from tony_py import api; j = api.attach({run.app_id!r}); "
+                                         "print(j.wait(timeout=240)); j.close()"],
+                          env=cluster.env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert wait.stdout.strip().endswith("SUCCEEDED"), wait.stdout + wait.stderr
+    history = tony_cli(cluster, "history")  # alice's history lists the job
+    assert run.app_id in history.stdout, history.stdout + history.stderr
+    # As bob: his own history (home dirs are 0700), which does not hold alice's job.
+    bob_cache = tmp_path / "bob.cc"
+    cluster.kinit("bob", bob_cache)
+    as_bob = tony_cli(cluster, "history", KRB5CCNAME=f"FILE:{bob_cache}")
+    assert as_bob.returncode == 0 and run.app_id not in as_bob.stdout, as_bob.stdout + as_bob.stderr
+
+
+def tony_cli(cluster, *args, **env):
+    return subprocess.run([PYTHON, "-m", "tony_py.cli", *args], env=cluster.env(**env), cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+# ---- jobs longer than their tokens -------------------------------------------------------------------
+def written_at(gw, base: str) -> dict[str, float]:
+    """{file name: when HDFS says it was written (s)} for the job's outputs."""
+    names = gw.call("list outputs", gw.fs.listFiles, f"{base}/out")
+    return {n.rsplit("/", 1)[-1]: json.loads(gw.call("stat", gw.fs.describe, n))["mtime"] / 1000 for n in names}
+
+
+def test_with_a_keytab_a_job_outlives_its_tokens_and_restarts_after_their_end(cluster, tony, hdfs_dir):
+    """Tokens die TOKEN_MAX_S after the submit. The AM renews them with the keytab: running
+    tasks write HDFS past that with the set their executor fetched (tony_py/executor/tokens.py),
+    and a task restarted after it starts (its containers localize with the new set)."""
+    from secure.conftest import TOKEN_MAX_S
+
+    base, gw = hdfs_dir
+    submitted = time.time()
+    run = tony("--principal", ALICE, "--keytab", cluster.keytab("alice"), "--conf", "tony.am.retry-count=1",
+               *hdfs_io_args(cluster, base, params="--rounds 11 --every 6 --die-in-round 10 --rounds-after-restart 2"),
+               env={"KRB5CCNAME": "FILE:/nonexistent/no-ticket"}, timeout=420)
+    assert run.rc == 0, run.output[-3000:]
+    written = written_at(gw, base)
+    for task in ("worker-0", "worker-1"):
+        before = [f"{task}-a0-r{n}.txt" for n in range(10)]
+        after = [f"{task}-a1-r{n}.txt" for n in range(2)]
+        assert set(before + after) <= set(written), sorted(written)
+        late = [name for name in before if written[name] > submitted + TOKEN_MAX_S + 2]
+        assert late, f"{task} wrote nothing after the submitted tokens died: {written}"
+        assert all(written[name] > submitted + TOKEN_MAX_S for name in after)  # the restart came after too
+    logs = cluster.task_logs(run.app_id)
+    assert any("delegation tokens were renewed" in files.get("executor.log", "") for files in logs.values())
+    assert "note: no keytab" not in run.stdout
+
+
+def test_without_a_keytab_the_client_says_when_tokens_end_and_a_late_restart_says_why(cluster, tony, hdfs_dir):
+    """The task dies (SIGKILL: restartable) only after the submitted tokens are dead: its
+    replacement cannot even be localized, and the AM says why and what to do."""
+    from secure.conftest import TOKEN_MAX_S
+
+    base, _ = hdfs_dir
+    run = tony("--conf", "tony.am.retry-count=1",
+               *hdfs_io_args(cluster, base, workers=1, params=f"--rounds 2 --every {TOKEN_MAX_S + 5} --die-in-round 1"),
+               timeout=400)
+    assert "note: no keytab, so this job runs on the delegation tokens it was submitted with" in run.stdout
+    assert run.rc == 1, run.output[-3000:]
+    diagnostics = cluster.app(run.app_id)["diagnostics"] + run.output
+    assert "the job's delegation tokens have expired" in diagnostics, diagnostics[-3000:]
+    assert "--principal and --keytab" in diagnostics
