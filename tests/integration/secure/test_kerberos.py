@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from support import JOBS, PYTHON, ROOT, app_id_in, probe_records
+from support import JOBS, PYTHON, ROOT, Background, app_id_in, probe_records
 from tony_py import api
 from tony_py.cluster import secure
 
@@ -243,42 +243,47 @@ def written_at(gw, base: str) -> dict[str, float]:
     return {n.rsplit("/", 1)[-1]: json.loads(gw.call("stat", gw.fs.describe, n))["mtime"] / 1000 for n in names}
 
 
-def test_with_a_keytab_a_job_outlives_its_tokens_and_restarts_after_their_end(cluster, tony, hdfs_dir):
-    """Tokens die TOKEN_MAX_S after the submit. The AM renews them with the keytab: running
-    tasks write HDFS past that with the set their executor fetched (tony_py/executor/tokens.py),
-    and a task restarted after it starts (its containers localize with the new set)."""
+def test_tokens_end_with_a_keytab_the_job_goes_on_without_one_a_late_restart_says_why(cluster, tony, hdfs_dir):
+    """Tokens die TOKEN_MAX_S after the submit. Two jobs side by side (one wait for both):
+
+    - with the keytab, the AM renews them: running tasks write HDFS past that with the set their
+      executor fetched (tony_py/executor/tokens.py), and tasks restarted after it run with the
+      new set their containers were started with;
+    - without one (alice's ticket), the client says when the tokens end; the task dies
+      (SIGKILL: restartable) only after they are dead, its replacement's first HDFS read fails,
+      and the failure says why and what to do."""
     from secure.conftest import TOKEN_MAX_S
 
     base, gw = hdfs_dir
+    plain = base + "-no-keytab"
+    gw.call("mkdir", gw.fs.mkdirs, f"{plain}/out", 0o700)
+    gw.call("write input", gw.fs.writeText, f"{plain}/input.txt", "forty-two\n", 0o600)
     submitted = time.time()
-    run = tony("--principal", ALICE, "--keytab", cluster.keytab("alice"), "--conf", "tony.am.retry-count=1",
-               *hdfs_io_args(cluster, base, params="--rounds 11 --every 6 --die-in-round 10 --rounds-after-restart 2"),
-               env={"KRB5CCNAME": "FILE:/nonexistent/no-ticket"}, timeout=420)
+    without = Background(cluster, ["--conf", "tony.am.retry-count=1", *hdfs_io_args(
+        cluster, plain, workers=1, params=f"--rounds 2 --every {TOKEN_MAX_S + 5} --die-in-round 1")])
+    try:
+        run = tony("--principal", ALICE, "--keytab", cluster.keytab("alice"), "--conf", "tony.am.retry-count=1",
+                   *hdfs_io_args(cluster, base, params="--rounds 11 --every 6 --die-in-round 10 "
+                                                       "--rounds-after-restart 2"),
+                   env={"KRB5CCNAME": "FILE:/nonexistent/no-ticket"}, timeout=420)
+    finally:
+        late = without.wait(timeout=400)
+        gw.call("clean", gw.fs.delete, plain, True)
     assert run.rc == 0, run.output[-3000:]
     written = written_at(gw, base)
     for task in ("worker-0", "worker-1"):
         before = [f"{task}-a0-r{n}.txt" for n in range(10)]
         after = [f"{task}-a1-r{n}.txt" for n in range(2)]
         assert set(before + after) <= set(written), sorted(written)
-        late = [name for name in before if written[name] > submitted + TOKEN_MAX_S + 2]
-        assert late, f"{task} wrote nothing after the submitted tokens died: {written}"
+        past = [name for name in before if written[name] > submitted + TOKEN_MAX_S + 2]
+        assert past, f"{task} wrote nothing after the submitted tokens died: {written}"
         assert all(written[name] > submitted + TOKEN_MAX_S for name in after)  # the restart came after too
     logs = cluster.task_logs(run.app_id)
     assert any("delegation tokens were renewed" in files.get("executor.log", "") for files in logs.values())
     assert "note: no keytab" not in run.stdout
 
-
-def test_without_a_keytab_the_client_says_when_tokens_end_and_a_late_restart_says_why(cluster, tony, hdfs_dir):
-    """The task dies (SIGKILL: restartable) only after the submitted tokens are dead: its
-    replacement cannot even be localized, and the AM says why and what to do."""
-    from secure.conftest import TOKEN_MAX_S
-
-    base, _ = hdfs_dir
-    run = tony("--conf", "tony.am.retry-count=1",
-               *hdfs_io_args(cluster, base, workers=1, params=f"--rounds 2 --every {TOKEN_MAX_S + 5} --die-in-round 1"),
-               timeout=400)
-    assert "note: no keytab, so this job runs on the delegation tokens it was submitted with" in run.stdout
-    assert run.rc == 1, run.output[-3000:]
-    diagnostics = cluster.app(run.app_id)["diagnostics"] + run.output
+    assert "note: no keytab, so this job runs on the delegation tokens it was submitted with" in late.stdout
+    assert late.rc == 1, late.output[-3000:]
+    diagnostics = cluster.app(late.app_id)["diagnostics"] + late.output
     assert "the job's delegation tokens have expired" in diagnostics, diagnostics[-3000:]
     assert "--principal and --keytab" in diagnostics
