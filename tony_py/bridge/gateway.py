@@ -245,8 +245,9 @@ class ClientGateway:
                 info = json.loads(self.bridge.credentialsJson())
             except (Py4JError, Py4JJavaError) as exc:
                 message = java_error(exc)
-                self.close(keep_log=principal is None)
-                if principal and "login" in message.lower():
+                login_failed = bool(principal) and "login" in message.lower()
+                self.close(keep_log=not login_failed)  # a refused login is said in full; other failures keep the log
+                if login_failed:
                     raise credentials.CredentialsError(credentials.login_failure(principal, keytab, message)) from None
                 raise SetupError(f"cannot reach the cluster: {message} (the client JVM's log: {self.log_path})") from None
         self.user = info.get("user")  # the cluster's name for us (a Kerberos principal's short name)

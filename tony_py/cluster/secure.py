@@ -153,13 +153,6 @@ def wait_kdc(kdc_dir: Path, log: Path, alive, timeout: float = KDC_START_S) -> P
     raise SetupError(f"the KDC did not start in {timeout:.0f} s; see {log}")
 
 
-def kdc_port(krb5_conf: Path) -> int:
-    match = re.search(r"kdc\s*=\s*[^:\s]+:(\d+)", krb5_conf.read_text())
-    if not match:
-        raise SetupError(f"{krb5_conf} names no KDC")
-    return int(match.group(1))
-
-
 def split_keytab(ktutil: str, source: Path, target: Path, keep: tuple[str, ...]) -> None:
     """`target` holds the keys of `keep` only, mode 0600 (MiniKdc writes one keytab for all)."""
     listing = subprocess.run([ktutil], input=f"rkt {source}\nlist\nquit\n", capture_output=True, text=True,

@@ -2,7 +2,6 @@ package io.tonypy.am;
 
 import java.io.File;
 import java.io.IOException;
-import java.net.InetSocketAddress;
 import java.security.PrivilegedExceptionAction;
 import java.util.List;
 import java.util.concurrent.Executors;
@@ -13,11 +12,9 @@ import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.security.Credentials;
-import org.apache.hadoop.security.SecurityUtil;
 import org.apache.hadoop.security.UserGroupInformation;
 import org.apache.hadoop.security.token.Token;
 import org.apache.hadoop.security.token.delegation.AbstractDelegationTokenIdentifier;
-import org.apache.hadoop.yarn.conf.YarnConfiguration;
 
 /**
  * Jobs longer than their delegation tokens, with the submitter's keytab (localized to the AM's
@@ -116,7 +113,7 @@ final class TokenRenewal {
     try {
       kerberos.checkTGTAndReloginFromKeytab();
       Credentials fresh = new Credentials();
-      String renewer = rmPrincipal();
+      String renewer = io.tonypy.bridge.Renewer.rmPrincipal(conf);
       kerberos.doAs(
           (PrivilegedExceptionAction<Void>)
               () -> {
@@ -160,13 +157,6 @@ final class TokenRenewal {
               token.cancel(conf);
               return Math.max(1_000, expiry - issued);
             });
-  }
-
-  private String rmPrincipal() throws IOException {
-    InetSocketAddress rm =
-        conf.getSocketAddr(
-            YarnConfiguration.RM_ADDRESS, YarnConfiguration.DEFAULT_RM_ADDRESS, YarnConfiguration.DEFAULT_RM_PORT);
-    return SecurityUtil.getServerPrincipal(conf.get(YarnConfiguration.RM_PRINCIPAL), rm.getHostName());
   }
 
   void stop() {

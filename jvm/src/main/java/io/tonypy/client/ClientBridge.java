@@ -16,7 +16,6 @@ import java.util.Map;
 import org.apache.hadoop.io.DataOutputBuffer;
 import org.apache.hadoop.io.Text;
 import org.apache.hadoop.security.Credentials;
-import org.apache.hadoop.security.SecurityUtil;
 import org.apache.hadoop.security.token.Token;
 import org.apache.hadoop.security.token.TokenIdentifier;
 import org.apache.hadoop.yarn.security.client.RMDelegationTokenIdentifier;
@@ -310,7 +309,7 @@ public final class ClientBridge {
       return null;
     }
     Credentials creds = new Credentials(UserGroupInformation.getCurrentUser().getCredentials());
-    String renewer = rmPrincipal();
+    String renewer = io.tonypy.bridge.Renewer.rmPrincipal(conf);
     org.apache.hadoop.fs.FileSystem.get(conf).addDelegationTokens(renewer, creds);
     for (String uri : fileSystems) {
       try {
@@ -362,18 +361,6 @@ public final class ClientBridge {
       }
     }
     return false;
-  }
-
-  /** The ResourceManager's principal, _HOST resolved: the renewer of the application's tokens. */
-  private String rmPrincipal() throws IOException {
-    InetSocketAddress rm =
-        conf.getSocketAddr(
-            YarnConfiguration.RM_ADDRESS, YarnConfiguration.DEFAULT_RM_ADDRESS, YarnConfiguration.DEFAULT_RM_PORT);
-    String pattern = conf.get(YarnConfiguration.RM_PRINCIPAL);
-    if (pattern == null || pattern.isEmpty()) {
-      throw new IOException(YarnConfiguration.RM_PRINCIPAL + " is not set: cannot name the renewer of the job's tokens");
-    }
-    return SecurityUtil.getServerPrincipal(pattern, rm.getHostName());
   }
 
   /**
