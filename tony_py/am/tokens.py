@@ -21,6 +21,7 @@ import os
 import socketserver
 import ssl
 import threading
+import time
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -109,17 +110,52 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
 
 
-def start(bridge, secret: str, host: str, bind_ip: str, workdir: Path) -> TokenServer | None:
+LISTEN_AFTER_S = 10.0  # as the JVM's first renewal (TokenRenewal.PROBE_AFTER_MS): after the tasks' start
+
+
+class TokenService:
+    """The renewal's listener, made off the AM's start-up path and after the tasks' start: its
+    key comes from keytool (a JVM of its own, 0.9 s of CPU), and executors need it only at the
+    first renewal, 75 % of the tokens' renewal interval later. Heartbeat answers carry no offer
+    until it listens."""
+
+    def __init__(self):
+        self.server: TokenServer | None = None
+
+    def offer(self) -> dict | None:
+        return self.server.offer() if self.server else None
+
+
+def start(bridge, secret: str, host: str, bind_ip: str, workdir: Path, attempt: int) -> TokenService | None:
     """Renew the job's tokens and serve them, where the AM holds the submitter's keytab; None
-    without one (the job then runs on the tokens it was submitted with)."""
+    without one (the job then runs on the tokens it was submitted with). A later AM attempt
+    gets a new set before this returns: it may have been started with tokens past their max
+    lifetime, and nothing of this attempt may touch HDFS with those."""
     encoded = os.environ.get("TONY_TOKEN_FILE_SYSTEMS")  # base64 of {"file_systems": [...]}, from the client
     file_systems = base64.b64decode(encoded).decode() if encoded else json.dumps({"file_systems": []})
-    if not bridge.startTokenRenewal(file_systems):
+    if not bridge.startTokenRenewal(file_systems, attempt > 1):
         return None
-    material = json.loads(bridge.tlsMaterial(str(workdir)))
-    server = TokenServer(bind_ip, host, secret, lambda: (bridge.tokensVersion(), bridge.taskTokensBase64()), material)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="am-tokens", daemon=True).start()
-    log.info("renewing the job's delegation tokens with the submitter's keytab; executors fetch them from %s",
-             server.url)
-    return server
+    service = TokenService()
 
+    def listen() -> None:
+        time.sleep(LISTEN_AFTER_S)
+        material = json.loads(bridge.tlsMaterial(str(workdir)))
+        server = TokenServer(bind_ip, host, secret, lambda: (bridge.tokensVersion(), bridge.taskTokensBase64()),
+                             material)
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="am-tokens",
+                         daemon=True).start()
+        service.server = server
+        log.info("renewing the job's delegation tokens with the submitter's keytab; executors fetch them from %s",
+                 server.url)
+
+    threading.Thread(target=_logged(listen), name="am-tokens-tls", daemon=True).start()
+    return service
+
+
+def _logged(fn):
+    def run():
+        try:
+            fn()
+        except Exception:  # the job goes on; its running tasks keep the tokens they have
+            log.exception("the listener for renewed tokens could not start; running tasks keep the tokens they have")
+    return run

@@ -61,6 +61,7 @@ class TokenRefresher:
         self.signer = Signer(secret, f"{principal}.tokens")
         self.token_file = token_file
         self.version = 0
+        self.source = None  # the listener that served self.version: each AM attempt counts from 1
         self._busy = threading.Lock()
 
     def offered(self, offer) -> None:
@@ -68,13 +69,15 @@ class TokenRefresher:
         if not isinstance(offer, dict) or not self.token_file:
             return
         version = offer.get("version")
-        if not isinstance(version, int) or version <= self.version or not self._busy.acquire(blocking=False):
+        if not isinstance(version, int) or (offer.get("url") == self.source and version <= self.version):
+            return
+        if not self._busy.acquire(blocking=False):
             return
         threading.Thread(target=self._fetch_guarded, args=(offer,), name="tokens", daemon=True).start()
 
     def _fetch_guarded(self, offer: dict) -> None:
         try:
-            self.version = self.fetch(offer)
+            self.version, self.source = self.fetch(offer), offer.get("url")
             log.info("the job's delegation tokens were renewed (set %d): %s rewritten", self.version,
                      os.path.basename(self.token_file))
         except (OSError, AuthError, ValueError, KeyError) as exc:  # ssl.SSLError is an OSError

@@ -149,9 +149,10 @@ public final class AmBridge {
   /**
    * With the submitter's keytab (TokenRenewal): new delegation tokens at 75 % of their renewal
    * interval for the default FS and those of fileSystemsJson ({"file_systems": [paths or URIs]}), used by this
-   * process and put into every container started afterwards. Returns false without a keytab.
+   * process and put into every container started afterwards. With renewFirst (an AM attempt
+   * after the first) a new set is in place when this returns. Returns false without a keytab.
    */
-  public boolean startTokenRenewal(String fileSystemsJson) throws IOException, InterruptedException {
+  public boolean startTokenRenewal(String fileSystemsJson, boolean renewFirst) throws IOException {
     if (TokenRenewal.keytabPrincipal() == null) {
       return false;
     }
@@ -167,7 +168,7 @@ public final class AmBridge {
                 throw new java.io.UncheckedIOException(e);
               }
             });
-    renewal.start();
+    renewal.start(renewFirst);
     return true;
   }
 

@@ -6,6 +6,7 @@ import java.security.PrivilegedExceptionAction;
 import java.util.List;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.hadoop.conf.Configuration;
@@ -30,6 +31,8 @@ final class TokenRenewal {
   static final String PRINCIPAL_ENV = "TONY_KEYTAB_PRINCIPAL";
   static final double RENEW_AT = 0.75;
   private static final long MIN_DELAY_MS = 5_000;
+  /** The probe waits out the job's start (tasks launching on the same cores); renewal is days away. */
+  static final long PROBE_AFTER_MS = 10_000;
 
   private final Configuration conf;
   private final List<String> fileSystems;
@@ -43,6 +46,7 @@ final class TokenRenewal {
             return t;
           });
   private volatile long intervalMs;
+  private ScheduledFuture<?> next;
   /**
    * Kerberos alone, for asking for tokens: a NameNode issues none to a caller that
    * authenticates with a token, which is what the login user (holding the container's tokens)
@@ -80,12 +84,34 @@ final class TokenRenewal {
     return true;
   }
 
-  /** Learn the tokens' renewal interval, then renew on a timer. */
-  void start() throws IOException, InterruptedException {
+  /**
+   * Learn the tokens' renewal interval, then renew on a timer, all on the renewal thread and
+   * PROBE_AFTER_MS after the start: the first attempt's tokens are fresh (the RM renews them up
+   * to their max lifetime), so nothing here delays the AM's registration (it cost 1.1 s there)
+   * or competes with the tasks' start. A later attempt may have been
+   * started with tokens past that lifetime, and its login user would still present them to HDFS
+   * (a token is preferred to Kerberos): with renewFirst a new set replaces them before this
+   * returns, ahead of anything that touches HDFS.
+   */
+  void start(boolean renewFirst) throws IOException {
     kerberos =
         UserGroupInformation.loginUserFromKeytabAndReturnUGI(
             keytabPrincipal(), new File(KEYTAB_FILE).getAbsolutePath());
-    intervalMs = renewalInterval();
+    if (renewFirst && !obtain()) {
+      throw new IOException("could not get new delegation tokens with the submitter's keytab: " + lastError);
+    }
+    timer.schedule(this::learnIntervalAndSchedule, PROBE_AFTER_MS, TimeUnit.MILLISECONDS);
+  }
+
+  private void learnIntervalAndSchedule() {
+    try {
+      intervalMs = renewalInterval();
+    } catch (Exception e) {
+      lastError = String.valueOf(e);
+      ApplicationMaster.log("could not learn the delegation tokens' renewal interval, trying again in 10 s: " + e);
+      timer.schedule(this::learnIntervalAndSchedule, 10, TimeUnit.SECONDS);
+      return;
+    }
     schedule(delay());
     ApplicationMaster.log(
         "delegation tokens: renewal interval " + intervalMs / 1000 + " s, new tokens every "
@@ -101,15 +127,31 @@ final class TokenRenewal {
   }
 
   long delay() {
+    // intervalMs is 0 until learnt: a renewal asked for before then (tests) sets the next one
+    // MIN_DELAY_MS later, until learnIntervalAndSchedule replaces it
     return Math.max(MIN_DELAY_MS, (long) (intervalMs * RENEW_AT));
   }
 
-  private void schedule(long delayMs) {
-    timer.schedule(this::renewNow, delayMs, TimeUnit.MILLISECONDS);
+  /** One pending renewal at a time: a renewal asked for early (renewTokensNow) replaces it. */
+  private synchronized void schedule(long delayMs) {
+    if (next != null) {
+      next.cancel(false);
+    }
+    next = timer.schedule(this::renewNow, delayMs, TimeUnit.MILLISECONDS);
   }
 
   /** A new set of HDFS tokens in this process's credentials; a failure is retried sooner. */
-  void renewNow() {
+  synchronized void renewNow() {
+    if (obtain()) {
+      schedule(delay());
+    } else {
+      ApplicationMaster.log("trying again in 10 s");
+      schedule(Math.min(10_000, delay()));
+    }
+  }
+
+  /** Whether a new set is in place (else lastError says why). */
+  private boolean obtain() {
     try {
       kerberos.checkTGTAndReloginFromKeytab();
       Credentials fresh = new Credentials();
@@ -129,11 +171,11 @@ final class TokenRenewal {
       int v = version.incrementAndGet();
       onNewTokens.run();
       ApplicationMaster.log("delegation tokens renewed (set " + v + ", " + fresh.numberOfTokens() + " tokens)");
-      schedule(delay());
+      return true;
     } catch (Exception e) {
       lastError = String.valueOf(e);
-      ApplicationMaster.log("could not get new delegation tokens, trying again in 10 s: " + e);
-      schedule(Math.min(10_000, delay()));
+      ApplicationMaster.log("could not get new delegation tokens: " + e);
+      return false;
     }
   }
 
