@@ -183,8 +183,8 @@ def app_id_in(text: str) -> str | None:
 class Background:
     """The real CLI in the background, its output collected."""
 
-    def __init__(self, cluster, args):
-        self.proc = subprocess.Popen([PYTHON, "-m", "tony_py.submit", *args], cwd=ROOT, env=cluster.env(),
+    def __init__(self, cluster, args, env: dict | None = None):
+        self.proc = subprocess.Popen([PYTHON, "-m", "tony_py.submit", *args], cwd=ROOT, env=cluster.env(**(env or {})),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.out: list[str] = []
         self.err = ""

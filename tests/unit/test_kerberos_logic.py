@@ -136,6 +136,13 @@ def test_token_lifetimes_come_from_the_environment_for_renewal_tests(monkeypatch
     assert (lifetimes.token_renew_s, lifetimes.token_max_s, lifetimes.ticket_s) == (60, 240, 86_400)
     props = secure.site_properties("/k", "u", lifetimes)["hdfs_security"]
     assert "<name>dfs.namenode.delegation.token.renew-interval</name><value>60000</value>" in props
+    # YARN-2704 (an AM attempt after the max lifetime still localizes): the RM replaces the app's
+    # tokens once a third of the max lifetime is left, not at once (its default, 3 h, is longer)
+    yarn = secure.site_properties("/k", "u", lifetimes)["yarn_security"]
+    assert "<name>yarn.resourcemanager.proxy-user-privileges.enabled</name><value>true</value>" in yarn
+    assert "<name>yarn.resourcemanager.system-credentials.valid-time-remaining</name><value>80000</value>" in yarn
+    production = secure.site_properties("/k", "u", secure.Lifetimes())["yarn_security"]
+    assert "<name>yarn.resourcemanager.system-credentials.valid-time-remaining</name><value>10800000</value>" in production
 
 
 def test_secure_and_docker_together_is_exit_2(capsys):

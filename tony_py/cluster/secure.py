@@ -226,6 +226,14 @@ def site_properties(services_keytab: str, daemon_user: str, lifetimes: Lifetimes
         "yarn.resourcemanager.webapp.spnego-keytab-file": services_keytab,
         "yarn.resourcemanager.delegation.token.renew-interval": token["renew"],
         "yarn.resourcemanager.delegation.token.max-lifetime": token["max"],
+        # YARN-2704: the RM asks for new HDFS tokens (as a proxy user: core-site lets the daemon
+        # user act for others) before the app's reach their max lifetime, and its NodeManagers
+        # localize with them, so an AM attempt started after that lifetime can still start. It
+        # does so once less than valid-time-remaining (3 h) is left, and then stops renewing the
+        # submitted ones: with lifetimes of minutes that would be at once, so a third of it.
+        "yarn.resourcemanager.proxy-user-privileges.enabled": "true",
+        "yarn.resourcemanager.system-credentials.valid-time-remaining":
+            min(3 * 3600, lifetimes.token_max_s // 3) * 1000,
     }
     # Under Kerberos a NodeManager opens container logs with SecureIOUtils, which needs Hadoop's
     # native library (libhadoop.so, not on Maven Central): without it aggregation kills the

@@ -10,8 +10,9 @@ import subprocess
 import time
 
 import pytest
+import requests
 
-from support import JOBS, PYTHON, ROOT, Background, app_id_in, probe_records
+from support import JOBS, PYTHON, ROOT, Background, am_processes, app_id_in, probe_records, tasks_running
 from tony_py import api
 from tony_py.cluster import secure
 
@@ -247,8 +248,10 @@ def test_tokens_end_with_a_keytab_the_job_goes_on_without_one_a_late_restart_say
     """Tokens die TOKEN_MAX_S after the submit. Two jobs side by side (one wait for both):
 
     - with the keytab, the AM renews them: running tasks write HDFS past that with the set their
-      executor fetched (tony_py/executor/tokens.py), and tasks restarted after it run with the
-      new set their containers were started with;
+      executor fetched (tony_py/executor/tokens.py), tasks restarted after it run with the new
+      set their containers were started with, and an AM attempt started after it (the first one
+      killed) starts (YARN-2704: the RM's own new tokens localize it), gets a new set before it
+      registers, adopts the running tasks, whose executors fetch its sets, and ends the job;
     - without one (alice's ticket), the client says when the tokens end; the task dies
       (SIGKILL: restartable) only after they are dead, its replacement's first HDFS read fails,
       and the failure says why and what to do."""
@@ -261,19 +264,33 @@ def test_tokens_end_with_a_keytab_the_job_goes_on_without_one_a_late_restart_say
     submitted = time.time()
     without = Background(cluster, ["--conf", "tony.am.retry-count=1", *hdfs_io_args(
         cluster, plain, workers=1, params=f"--rounds 2 --every {TOKEN_MAX_S + 5} --die-in-round 1")])
+    # A lease longer than the next AM attempt's start on 2 busy cores (10 s, the default, is not
+    # always): its tasks are adopted, not fenced and restarted.
+    job = Background(cluster, ["--principal", ALICE, "--keytab", cluster.keytab("alice"), "--conf",
+                               "tony.am.retry-count=1", "--conf", "tony.task.executor.lease-sec=30", *hdfs_io_args(
+                                   cluster, base, params="--rounds 11 --every 6 --die-in-round 10 "
+                                                         "--rounds-after-restart 3")],
+                     env={"KRB5CCNAME": "FILE:/nonexistent/no-ticket"})
+    killed_am = False
     try:
-        run = tony("--principal", ALICE, "--keytab", cluster.keytab("alice"), "--conf", "tony.am.retry-count=1",
-                   *hdfs_io_args(cluster, base, params="--rounds 11 --every 6 --die-in-round 10 "
-                                                       "--rounds-after-restart 2"),
-                   env={"KRB5CCNAME": "FILE:/nonexistent/no-ticket"}, timeout=420)
+        deadline = time.time() + 300
+        while time.time() < deadline and job.proc.poll() is None:
+            if time.time() > submitted + TOKEN_MAX_S + 2 and tasks_running(cluster, job, attempt=1):
+                for proc in am_processes(job.app_id):
+                    proc.kill()
+                    killed_am = True
+                break
+            time.sleep(1)
+        run = job.wait(timeout=300)
     finally:
         late = without.wait(timeout=400)
         gw.call("clean", gw.fs.delete, plain, True)
+    assert killed_am, "the restarted tasks never ran past the tokens' max lifetime: " + run.output[-3000:]
     assert run.rc == 0, run.output[-3000:]
     written = written_at(gw, base)
     for task in ("worker-0", "worker-1"):
         before = [f"{task}-a0-r{n}.txt" for n in range(10)]
-        after = [f"{task}-a1-r{n}.txt" for n in range(2)]
+        after = [f"{task}-a1-r{n}.txt" for n in range(3)]
         assert set(before + after) <= set(written), sorted(written)
         past = [name for name in before if written[name] > submitted + TOKEN_MAX_S + 2]
         assert past, f"{task} wrote nothing after the submitted tokens died: {written}"
@@ -281,6 +298,13 @@ def test_tokens_end_with_a_keytab_the_job_goes_on_without_one_a_late_restart_say
     logs = cluster.task_logs(run.app_id)
     assert any("delegation tokens were renewed" in files.get("executor.log", "") for files in logs.values())
     assert "note: no keytab" not in run.stdout
+    attempts = requests.get(f"{cluster.rm_web}/ws/v1/cluster/apps/{run.app_id}/appattempts",
+                            timeout=5).json()["appAttempts"]["appAttempt"]
+    assert len(attempts) == 2, attempts
+    second_am = "".join(p.read_text(errors="replace") for d in cluster.container_dirs(run.app_id)
+                        if d.name.endswith("_02_000001") for p in d.glob("am.log"))
+    renewed, registered = second_am.find("delegation tokens renewed (set 1"), second_am.find("registered with the RM")
+    assert 0 <= renewed < registered, "the second AM attempt registered before it had new tokens:\n" + second_am[-3000:]
 
     assert "note: no keytab, so this job runs on the delegation tokens it was submitted with" in late.stdout
     assert late.rc == 1, late.output[-3000:]
