@@ -92,6 +92,27 @@ def read_node_log(node: str, container: str, owner: str, name: str, start: int =
     return html.unescape(blocks[0])
 
 
+def node_log_problem(node: str, container: str, name: str) -> str | None:
+    """Why the NodeManager did not hand the log over, where it said so (asked through its REST
+    API, whose error names the cause), for the error message; None when it simply has no such log."""
+    url = f"{node}/ws/v1/node/containerlogs/{container}/{name}"
+    try:
+        with urllib.request.urlopen(url, timeout=10):
+            return None
+    except urllib.error.HTTPError as exc:
+        body = exc.read(4096).decode(errors="replace")
+        if "SecureIOUtils" in body:
+            return (f"the NodeManager at {node} cannot open container logs: under Kerberos it needs Hadoop's "
+                    "native library (libhadoop.so), which it lacks; the cluster's administrator can install it")
+        if exc.code in (401, 403):
+            return (f"the NodeManager at {node} answered HTTP {exc.code}: its web UI asks for authentication "
+                    "(SPNEGO), which `tony logs` does not speak; open the task's log link in a browser that has a "
+                    "Kerberos ticket")
+        return None if exc.code == 404 else f"the NodeManager at {node} answered HTTP {exc.code}"
+    except (urllib.error.URLError, OSError) as exc:
+        return f"the NodeManager at {node} cannot be reached ({getattr(exc, 'reason', exc)})"
+
+
 def read_aggregated_log(gw, app_id: str, owner: str, container: str, name: str) -> str | None:
     with tempfile.TemporaryDirectory() as tmp:
         local = Path(tmp) / "log"
@@ -130,6 +151,9 @@ def main(argv: list[str], prog: str = "tony logs") -> int:
                     if "does not exist" not in str(exc):
                         raise
             if text is None:
+                problem = node_log_problem(node, container, name)
+                if problem:
+                    raise TonyError(f"{name} of {container}: {problem}")
                 raise UsageError(f"{name} of {container}: not on its node and not (yet) in YARN's aggregated logs "
                                  "(a cluster without yarn.log-aggregation-enable keeps no logs of finished jobs)")
             sys.stdout.write(text)

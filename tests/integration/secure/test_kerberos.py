@@ -74,6 +74,12 @@ def test_pytorch_tasks_read_and_write_hdfs_with_their_tokens_only(cluster, tony,
     for i in range(2):
         text = gw.call("read output", gw.fs.readText, f"{base}/out/worker-{i}.txt")
         assert text == f"worker-{i} read forty-two\n"
+    # The NodeManagers here lack libhadoop.so (docs/kerberos.md): `tony logs`, as alice, finds the
+    # task in her history and says why its node cannot hand the log over, not that it has none.
+    logs = subprocess.run([PYTHON, "-m", "tony_py.cli", "logs", run.app_id], capture_output=True, text=True,
+                          env=cluster.env(), cwd=ROOT, timeout=120)
+    assert logs.returncode == 1, logs.stdout + logs.stderr
+    assert "needs Hadoop's native library (libhadoop.so)" in logs.stderr, logs.stderr
 
 
 def test_pytorch_ddp_example_trains_with_a_ticket_cache(cluster, tony):
