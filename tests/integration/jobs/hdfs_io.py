@@ -2,11 +2,12 @@
 NodeManager's HADOOP_TOKEN_FILE_LOCATION, read afresh by each `hdfs dfs`): no keytab, and a
 ticket cache that cannot exist.
 
-    hdfs_io.py LIB DIR [--rounds N --every S] [--die-in-round R [--rounds-after-restart M]]
+    hdfs_io.py LIB DIR [--rounds N --every S] [--die-in-round R | --die-at EPOCH] [--rounds-after-restart M]
 
 reads DIR/input.txt, then N times (S seconds apart) writes DIR/out/<task>-a<attempt>-r<round>.txt
 (N=1: DIR/out/<task>.txt); --die-in-round kills itself with SIGKILL in that round of its first
-attempt (a restart, whose new containers need live tokens to start at all).
+attempt, --die-at in its first round that starts at or after that time (a restart, whose new
+containers need live tokens to start at all).
 """
 
 import argparse
@@ -24,6 +25,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--every", type=float, default=0)
     p.add_argument("--die-in-round", type=int, default=-1)
+    p.add_argument("--die-at", type=float, default=None)
     p.add_argument("--rounds-after-restart", type=int, default=None)
     args = p.parse_args()
     me = f"{os.environ['JOB_NAME']}-{os.environ['TASK_INDEX']}"
@@ -40,7 +42,8 @@ def main() -> int:
         return 5
     rounds = args.rounds if attempt == "0" or args.rounds_after_restart is None else args.rounds_after_restart
     for n in range(rounds):
-        if n == args.die_in_round and attempt == "0":
+        due = n == args.die_in_round or (args.die_at is not None and time.time() >= args.die_at)
+        if due and attempt == "0":
             os.kill(os.getpid(), signal.SIGKILL)
         name = f"{me}.txt" if args.rounds == 1 else f"{me}-a{attempt}-r{n}.txt"
         put = subprocess.run(cmd + ["-put", "-", f"{args.base}/out/{name}"], input=f"{me} read {got.stdout.strip()}\n",
