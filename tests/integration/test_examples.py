@@ -1,4 +1,4 @@
-"""The three examples train for real on the cluster, reach >= 90 % accuracy and checkpoint."""
+"""The examples train for real on the cluster, reach >= 90 % accuracy and checkpoint."""
 
 import re
 
@@ -12,6 +12,7 @@ EXAMPLES = {
     "tf_parameter_server": ("examples/tensorflow", "parameter_server.py",
                             "examples/tensorflow/parameter_server.xml", "chief:0", "digits.index"),
     "pytorch_ddp": ("examples/pytorch_ddp", "train.py", "examples/pytorch_ddp/tony.xml", "worker:0", "digits.pt"),
+    "jax_dp": ("examples/jax_dp", "train.py", "examples/jax_dp/tony.xml", "worker:0", "digits-jax.npz"),
 }
 
 
@@ -28,6 +29,10 @@ def test_example_trains_to_90_percent(name, tony, cluster, tmp_path):
     accuracy = float(re.search(r"test accuracy: ([0-9.]+)", stdout).group(1))
     assert accuracy >= 0.90, stdout
     assert (ckpt / checkpoint).exists()
+    if name == "jax_dp":  # both processes joined one coordinator: each sees both processes' devices
+        for i in range(2):
+            assert f"process {i} of 2" in logs[f"worker:{i}"]["attempt-0.stdout"]
+            assert "2 in all" in logs[f"worker:{i}"]["attempt-0.stdout"]
     # user output and TonY-py's own log are kept apart
     assert "test accuracy" not in logs[chief]["executor.log"]
     assert "tony.executor" not in stdout

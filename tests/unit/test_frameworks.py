@@ -59,6 +59,20 @@ def test_pytorch_two_workers(tmp_path):
     assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"], env["MASTER_PORT"]) == ("1", "2", "a", "1")
 
 
+def test_jax_env_in_jaxs_and_kubeflows_names(tmp_path):
+    s = spec(tmp_path, "tony.application.framework=jax", "tony.chief.instances=1", "tony.worker.instances=2")
+    envs = {t: frameworks.task_env(s, CLUSTER, TaskId(*t)) for t in [("chief", 0), ("worker", 0), ("worker", 1)]}
+    assert [envs[t]["JAX_PROCESS_ID"] for t in envs] == [envs[t]["PROCESS_ID"] for t in envs] == ["0", "1", "2"]
+    for env in envs.values():
+        assert env["JAX_COORDINATOR_ADDRESS"] == "h0:1000" and env["JAX_NUM_PROCESSES"] == env["NUM_PROCESSES"] == "3"
+        assert (env["COORDINATOR_ADDRESS"], env["COORDINATOR_PORT"]) == ("h0", "1000")
+    # process 0 runs the coordinator: on its own address, not on every one (JAX's default [::])
+    assert envs[("chief", 0)]["JAX_COORDINATOR_BIND_ADDRESS"] == "h0:1000"
+    assert all("JAX_COORDINATOR_BIND_ADDRESS" not in envs[t] for t in [("worker", 0), ("worker", 1)])
+    ps_env = frameworks.task_env(s, CLUSTER, TaskId("ps", 0))
+    assert "JAX_PROCESS_ID" not in ps_env
+
+
 def test_standalone_env_is_empty(tmp_path):
     s = spec(tmp_path, "tony.application.framework=standalone", "tony.worker.instances=1")
     assert frameworks.task_env(s, {"worker": ["a:1"]}, TaskId("worker", 0)) == {}

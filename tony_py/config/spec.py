@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tony_py.config.model import Checked, ModelError
 
-FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "standalone")
+FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "jax", "standalone")
 DISTRIBUTED_MODES = ("GANG", "FCFS")
 CACHE_VISIBILITIES = ("PRIVATE", "PUBLIC")
 GPU_ASSIGNMENTS = ("auto", "none")

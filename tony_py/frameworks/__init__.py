@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tony_py.config.spec import JobSpec, TaskId
-from tony_py.frameworks import horovod, mxnet, pytorch, standalone, tensorflow
+from tony_py.frameworks import horovod, jax, mxnet, pytorch, standalone, tensorflow
 from tony_py.frameworks.envplan import EnvPlan, expand
 
 ClusterView = dict[str, list[str]]
@@ -25,6 +25,7 @@ _PLANS: dict[str, PlanBuilder] = {
     "pytorch": pytorch.plan,
     "horovod": horovod.plan,
     "mxnet": mxnet.plan,
+    "jax": jax.plan,
     "standalone": standalone.plan,
 }
 
