@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from startup import TASK, _container_dirs, _log_times  # noqa: E402
+from startup import TASK, am_phases  # noqa: E402
 from tony_py.bridge import jvm  # noqa: E402
 from tony_py.cluster import LocalCluster, secure  # noqa: E402
 from tony_py.timeline import ENV as TIMELINE_ENV  # noqa: E402
@@ -72,13 +72,7 @@ def run(state, workdir: Path, tmp: Path, env: dict, extra: list[str], workers: i
         raise RuntimeError(f"tony submit failed ({proc.returncode}): {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
     app_id = re.search(r"application_\d+_\d+", proc.stdout + proc.stderr).group(0)
     phases = {m["phase"]: round(m["t"] - t0, 3) for m in map(json.loads, marks.read_text().splitlines())}
-    for d in _container_dirs(workdir, app_id):
-        if (d / "am.log").exists():
-            text = (d / "am.log").read_text(errors="replace")
-            for name, needle in (("am_started", "AM for "), ("am_registered", "registered with the RM")):
-                times = _log_times(text, needle)
-                if times:
-                    phases[name] = round(times[0] - t0, 3)
+    phases.update({name: round(at, 3) for name, at in am_phases(workdir, app_id, t0).items()})
     starts = [float(p.read_text()) for p in out.iterdir()]
     phases["all_running"] = round(max(starts) - t0, 3)
     phases["exit"] = round(done - t0, 3)

@@ -67,6 +67,19 @@ def _container_dirs(workdir: Path, app_id: str) -> list[Path]:
     return sorted(workdir.glob(f"data/nm*/logs/{app_id}/container_*"))
 
 
+def am_phases(workdir: Path, app_id: str, t0: float) -> dict[str, float]:
+    """am_started and am_registered (seconds after t0), from the AM's log."""
+    phases = {}
+    for d in _container_dirs(workdir, app_id):
+        if (d / "am.log").exists():
+            text = (d / "am.log").read_text(errors="replace")
+            for name, needle in (("am_started", "AM for "), ("am_registered", "registered with the RM")):
+                times = _log_times(text, needle)
+                if times:
+                    phases[name] = times[0] - t0
+    return phases
+
+
 def run_floor(state, workdir: Path, workers: int) -> dict:
     cmd = [jvm.java_executable(), "-Xmx256m", *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS,
            "-cp", f"{state.conf_dir}:{state.lib_dir}/*", "org.apache.hadoop.yarn.applications.distributedshell.Client",
@@ -107,14 +120,9 @@ def run_tony(state, workdir: Path, workers: int, tmp: Path, index: int, memory: 
     phases["rm_accepted"] = app["startedTime"] / 1000 - t0
     if app.get("launchTime"):
         phases["am_container_launched"] = app["launchTime"] / 1000 - t0
+    phases.update(am_phases(workdir, app_id, t0))
     executors = []
     for d in _container_dirs(workdir, app_id):
-        if (d / "am.log").exists():
-            text = (d / "am.log").read_text(errors="replace")
-            for name, needle in (("am_started", "AM for "), ("am_registered", "registered with the RM")):
-                times = _log_times(text, needle)
-                if times:
-                    phases[name] = times[0] - t0
         if (d / "executor.log").exists():
             executors += _log_times((d / "executor.log").read_text(errors="replace"), "registered ")[:1]
     if executors:
