@@ -39,6 +39,7 @@ def loss_fn(params, x, y):
 
 def main():
     args = parse_args()
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU all-reduce across processes
     jax.distributed.initialize(num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
                                process_id=int(os.environ["JAX_PROCESS_ID"]))
     me, count = jax.process_index(), jax.process_count()

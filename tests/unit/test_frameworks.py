@@ -1,9 +1,12 @@
 import json
 
+import pytest
+
 from tony_py import frameworks
 from tony_py.config.layers import load_conf
 from tony_py.config.build import build_job_spec
 from tony_py.config.spec import TaskId
+from tony_py.errors import ConfigError
 
 
 def spec(tmp_path, *overrides):
@@ -71,6 +74,16 @@ def test_jax_env_in_jaxs_and_kubeflows_names(tmp_path):
     assert all("JAX_COORDINATOR_BIND_ADDRESS" not in envs[t] for t in [("worker", 0), ("worker", 1)])
     ps_env = frameworks.task_env(s, CLUSTER, TaskId("ps", 0))
     assert "JAX_PROCESS_ID" not in ps_env
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (("tony.worker.instances=2", "tony.application.distributed-mode=FCFS"), "tony.application.distributed-mode"),
+    (("tony.ps.instances=1",), "tony.worker.instances"),
+])
+def test_jax_needs_a_gang_of_trainers(tmp_path, overrides, key):
+    with pytest.raises(ConfigError) as err:
+        spec(tmp_path, "tony.application.framework=jax", *overrides)
+    assert err.value.key == key
 
 
 def test_standalone_env_is_empty(tmp_path):

@@ -96,7 +96,7 @@ def test_plain_http_to_the_token_listener_gets_nothing(server):
 
 def test_an_older_or_equal_version_is_not_fetched_again(tmp_path):
     refresher = TokenRefresher(SECRET, "c", str(tmp_path / "t"))
-    refresher.version, refresher.source = 2, "https://h:1"
+    refresher.version, refresher.source = 2, "0" * 64
     calls = []
     refresher.fetch = lambda offer: calls.append(offer) or offer["version"]
     refresher.offered({"version": 2, "url": "https://h:1", "sha256": "0" * 64})
@@ -105,22 +105,25 @@ def test_an_older_or_equal_version_is_not_fetched_again(tmp_path):
 
 
 def test_a_new_am_attempts_listener_is_fetched_from_although_it_counts_from_1(tmp_path):
-    """Each AM attempt numbers its sets from 1: set 1 of a new listener is newer than set 3 of the
-    old one, and then counts on from there."""
+    """Each AM attempt numbers its sets from 1 and has its own certificate (its port may be the
+    old one's): set 1 of a new listener is newer than set 3 of the old one, and counts on from there."""
     refresher = TokenRefresher(SECRET, "c", str(tmp_path / "t"))
-    refresher.version, refresher.source = 3, "https://old:1"
-    fetched = threading.Event()
-    refresher.fetch = lambda offer: fetched.set() or offer["version"]
-    refresher.offered({"version": 1, "url": "https://new:2", "sha256": "0" * 64})
-    assert fetched.wait(5)
-    deadline = time.monotonic() + 5
-    while refresher.source != "https://new:2" and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert (refresher.version, refresher.source) == (1, "https://new:2")
-    fetched.clear()
-    refresher.offered({"version": 1, "url": "https://new:2", "sha256": "0" * 64})
-    time.sleep(0.2)
-    assert not fetched.is_set()
+    refresher.version, refresher.source = 3, "a" * 64
+    fetched = []
+    refresher.fetch = lambda offer: fetched.append(offer["version"]) or offer["version"]
+
+    def offer_and_settle(offer):
+        refresher.offered(offer)
+        deadline = time.monotonic() + 5
+        while (refresher._busy.locked() or not fetched) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    offer_and_settle({"version": 1, "url": "https://h:1", "sha256": "b" * 64})
+    assert fetched == [1] and (refresher.version, refresher.source) == (1, "b" * 64)
+    offer_and_settle({"version": 1, "url": "https://h:1", "sha256": "b" * 64})
+    assert fetched == [1]  # the same set of the same listener: not again
+    offer_and_settle({"version": 2, "url": "https://h:1", "sha256": "b" * 64})
+    assert fetched == [1, 2]
 
 
 def test_install_replaces_in_one_rename(tmp_path):

@@ -111,6 +111,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 LISTEN_AFTER_S = 10.0  # as the JVM's first renewal (TokenRenewal.PROBE_AFTER_MS): after the tasks' start
+LISTEN_TRIES = 3
 
 
 class TokenService:
@@ -138,24 +139,27 @@ def start(bridge, secret: str, host: str, bind_ip: str, workdir: Path, attempt: 
     service = TokenService()
 
     def listen() -> None:
-        time.sleep(LISTEN_AFTER_S)
-        material = json.loads(bridge.tlsMaterial(str(workdir)))
-        server = TokenServer(bind_ip, host, secret, lambda: (bridge.tokensVersion(), bridge.taskTokensBase64()),
-                             material)
+        # A later attempt listens at once: the executors it adopts hold the last attempt's set,
+        # which may have a quarter of the renewal interval left.
+        time.sleep(LISTEN_AFTER_S if attempt == 1 else 0)
+        for tries_left in range(LISTEN_TRIES - 1, -1, -1):
+            try:
+                material = json.loads(bridge.tlsMaterial(str(workdir)))
+                server = TokenServer(bind_ip, host, secret,
+                                     lambda: (bridge.tokensVersion(), bridge.taskTokensBase64()), material)
+                break
+            except Exception:  # noqa: BLE001 - keytool, the key files, the bind: said, then tried again
+                log.exception("the listener for renewed tokens could not start (%d more tries, %.0f s apart)",
+                              tries_left, LISTEN_AFTER_S)
+                if not tries_left:
+                    log.error("running tasks keep the tokens they have; tasks started later get new ones")
+                    return
+                time.sleep(LISTEN_AFTER_S)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5}, name="am-tokens",
                          daemon=True).start()
         service.server = server
         log.info("renewing the job's delegation tokens with the submitter's keytab; executors fetch them from %s",
                  server.url)
 
-    threading.Thread(target=_logged(listen), name="am-tokens-tls", daemon=True).start()
+    threading.Thread(target=listen, name="am-tokens-tls", daemon=True).start()
     return service
-
-
-def _logged(fn):
-    def run():
-        try:
-            fn()
-        except Exception:  # the job goes on; its running tasks keep the tokens they have
-            log.exception("the listener for renewed tokens could not start; running tasks keep the tokens they have")
-    return run

@@ -100,7 +100,10 @@ def node_log_problem(node: str, container: str, name: str) -> str | None:
         with urllib.request.urlopen(url, timeout=10):
             return None
     except urllib.error.HTTPError as exc:
-        body = exc.read(4096).decode(errors="replace")
+        try:
+            body = exc.read(4096).decode(errors="replace")
+        except OSError:
+            body = ""
         if "SecureIOUtils" in body:
             return (f"the NodeManager at {node} cannot open container logs: under Kerberos it needs Hadoop's "
                     "native library (libhadoop.so), which it lacks; the cluster's administrator can install it")

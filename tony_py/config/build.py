@@ -276,6 +276,10 @@ def _check_framework(spec: JobSpec) -> None:
         return
     if spec.framework == "pytorch" and not (set(TRAINER_TYPES) & names):
         raise ConfigError("tony.worker.instances", "pytorch needs trainer tasks: set tony.worker.instances > 0")
+    if spec.framework == "jax" and not (set(TRAINER_TYPES) & names):
+        raise ConfigError("tony.worker.instances", "jax needs trainer tasks: set tony.worker.instances > 0")
+    if spec.framework == "jax" and spec.distributed_mode != "GANG":
+        raise ConfigError("tony.application.distributed-mode", "jax needs GANG: every process joins one coordinator")
     if spec.framework == "horovod" and spec.distributed_mode != "GANG":
         raise ConfigError("tony.application.distributed-mode", "horovod needs GANG: its workers start together")
     if spec.framework == "mxnet" and ("scheduler" not in names or spec.type("scheduler").instances != 1):

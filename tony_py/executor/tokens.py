@@ -61,7 +61,8 @@ class TokenRefresher:
         self.signer = Signer(secret, f"{principal}.tokens")
         self.token_file = token_file
         self.version = 0
-        self.source = None  # the listener that served self.version: each AM attempt counts from 1
+        self.source = None  # the certificate of the listener that served self.version: each AM attempt
+        # has its own (and counts from 1), even where it got the same port
         self._busy = threading.Lock()
 
     def offered(self, offer) -> None:
@@ -69,7 +70,7 @@ class TokenRefresher:
         if not isinstance(offer, dict) or not self.token_file:
             return
         version = offer.get("version")
-        if not isinstance(version, int) or (offer.get("url") == self.source and version <= self.version):
+        if not isinstance(version, int) or (offer.get("sha256") == self.source and version <= self.version):
             return
         if not self._busy.acquire(blocking=False):
             return
@@ -77,7 +78,7 @@ class TokenRefresher:
 
     def _fetch_guarded(self, offer: dict) -> None:
         try:
-            self.version, self.source = self.fetch(offer), offer.get("url")
+            self.version, self.source = self.fetch(offer), offer.get("sha256")
             log.info("the job's delegation tokens were renewed (set %d): %s rewritten", self.version,
                      os.path.basename(self.token_file))
         except (OSError, AuthError, ValueError, KeyError) as exc:  # ssl.SSLError is an OSError

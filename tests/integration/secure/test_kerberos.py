@@ -300,7 +300,11 @@ def test_tokens_end_with_a_keytab_the_job_goes_on_without_one_a_late_restart_say
         assert set(after) <= set(written), sorted(written)
         assert all(written[name] > dead for name in after)  # the restart came after too
     logs = cluster.task_logs(run.app_id)
-    assert any("delegation tokens were renewed" in files.get("executor.log", "") for files in logs.values())
+    # every executor the new attempt adopted took that attempt's sets (its versions count from 1)
+    adopted = [log.split("the AM moved", 1)[1] for d in cluster.container_dirs(run.app_id)
+               for log in [(d / "executor.log").read_text(errors="replace") if (d / "executor.log").exists() else ""]
+               if "the AM moved" in log]
+    assert adopted and all("delegation tokens were renewed (set " in after for after in adopted), adopted
     assert "note: no keytab" not in run.stdout
     attempts = requests.get(f"{cluster.rm_web}/ws/v1/cluster/apps/{run.app_id}/appattempts",
                             timeout=5).json()["appAttempts"]["appAttempt"]

@@ -152,7 +152,8 @@ public final class AmBridge {
    * process and put into every container started afterwards. With renewFirst (an AM attempt
    * after the first) a new set is in place when this returns. Returns false without a keytab.
    */
-  public boolean startTokenRenewal(String fileSystemsJson, boolean renewFirst) throws IOException {
+  public boolean startTokenRenewal(String fileSystemsJson, boolean renewFirst)
+      throws IOException, InterruptedException {
     if (TokenRenewal.keytabPrincipal() == null) {
       return false;
     }

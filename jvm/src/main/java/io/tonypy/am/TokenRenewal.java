@@ -33,6 +33,12 @@ final class TokenRenewal {
   private static final long MIN_DELAY_MS = 5_000;
   /** The probe waits out the job's start (tasks launching on the same cores); renewal is days away. */
   static final long PROBE_AFTER_MS = 10_000;
+  /** A later attempt's first set: tries, and the wait between them (a NameNode failing over). */
+  private static final int FIRST_SET_TRIES = 3;
+  private static final long FIRST_SET_RETRY_MS = 5_000;
+  /** Where the probe fails: the NameNode's configured interval (HDFS's default, a day). */
+  private static final String RENEW_INTERVAL_KEY = "dfs.namenode.delegation.token.renew-interval";
+  private static final long DEFAULT_RENEW_INTERVAL_MS = 86_400_000L;
 
   private final Configuration conf;
   private final List<String> fileSystems;
@@ -46,6 +52,8 @@ final class TokenRenewal {
             return t;
           });
   private volatile long intervalMs;
+  /** When this process last got a set (System.nanoTime), 0 before: the next one is due from then. */
+  private volatile long obtainedAtNs;
   private ScheduledFuture<?> next;
   /**
    * Kerberos alone, for asking for tokens: a NameNode issues none to a caller that
@@ -91,28 +99,38 @@ final class TokenRenewal {
    * or competes with the tasks' start. A later attempt may have been
    * started with tokens past that lifetime, and its login user would still present them to HDFS
    * (a token is preferred to Kerberos): with renewFirst a new set replaces them before this
-   * returns, ahead of anything that touches HDFS.
+   * returns, ahead of anything that touches HDFS (a few tries), and its probe runs at once: the
+   * RM does not renew the set this process asked for, so the next one is due 75 % of the
+   * interval after it.
    */
-  void start(boolean renewFirst) throws IOException {
+  void start(boolean renewFirst) throws IOException, InterruptedException {
     kerberos =
         UserGroupInformation.loginUserFromKeytabAndReturnUGI(
             keytabPrincipal(), new File(KEYTAB_FILE).getAbsolutePath());
-    if (renewFirst && !obtain()) {
-      throw new IOException("could not get new delegation tokens with the submitter's keytab: " + lastError);
+    if (renewFirst) {
+      for (int tries = 1; !obtain(); tries++) {
+        if (tries == FIRST_SET_TRIES) {
+          throw new IOException("could not get new delegation tokens with the submitter's keytab: " + lastError);
+        }
+        Thread.sleep(FIRST_SET_RETRY_MS);
+      }
     }
-    timer.schedule(this::learnIntervalAndSchedule, PROBE_AFTER_MS, TimeUnit.MILLISECONDS);
+    timer.schedule(this::learnIntervalAndSchedule, renewFirst ? 0 : PROBE_AFTER_MS, TimeUnit.MILLISECONDS);
   }
 
   private void learnIntervalAndSchedule() {
     try {
       intervalMs = renewalInterval();
     } catch (Exception e) {
+      // Renewal must not stop for want of a probe: the configured interval is what the
+      // NameNode uses unless its own configuration differs.
       lastError = String.valueOf(e);
-      ApplicationMaster.log("could not learn the delegation tokens' renewal interval, trying again in 10 s: " + e);
-      timer.schedule(this::learnIntervalAndSchedule, 10, TimeUnit.SECONDS);
-      return;
+      intervalMs = conf.getLong(RENEW_INTERVAL_KEY, DEFAULT_RENEW_INTERVAL_MS);
+      ApplicationMaster.log("could not learn the delegation tokens' renewal interval (" + e + "); assuming "
+          + RENEW_INTERVAL_KEY + " = " + intervalMs / 1000 + " s");
     }
-    schedule(delay());
+    long sinceLastSet = obtainedAtNs == 0 ? 0 : (System.nanoTime() - obtainedAtNs) / 1_000_000;
+    schedule(Math.max(MIN_DELAY_MS, delay() - sinceLastSet));
     ApplicationMaster.log(
         "delegation tokens: renewal interval " + intervalMs / 1000 + " s, new tokens every "
             + delay() / 1000 + " s");
@@ -167,6 +185,7 @@ final class TokenRenewal {
               });
       // Same services: the new tokens replace the old ones, for this process and for containers.
       UserGroupInformation.getLoginUser().addCredentials(fresh);
+      obtainedAtNs = System.nanoTime();
       lastError = null;
       int v = version.incrementAndGet();
       onNewTokens.run();
