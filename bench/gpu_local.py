@@ -9,7 +9,9 @@ PyTorch (examples/pytorch_gpu):
    with NCCL, and with gloo if NCCL refuses two ranks on one device.
 JAX (examples/jax_dp, tony.application.framework=jax):
 3. one worker with tony.worker.gpus=1 running the data-parallel example with --require_gpu: JAX's
-   backend must be the GPU, with CUDA_VISIBLE_DEVICES naming the task's device.
+   backend must be the GPU, with CUDA_VISIBLE_DEVICES naming the task's device;
+4. the same example's two processes: on a GPU each when there are two or more, else both on the
+   one device (tony.gpu.assignment=none, JAX not preallocating it).
 For each job: its exit, the devices each task was given, its GPU metrics (TonY's names, from
 nvidia-smi through the executor) and its wall time.
 
@@ -73,6 +75,12 @@ def main() -> None:
         result["jax_one_worker"] = run_job(args.python, "--epochs 10 --require_gpu",
                                            {"tony.worker.instances": "1", "tony.worker.gpus": "1"},
                                            example=ROOT / "examples" / "jax_dp", framework="jax", prefix="process ")
+        # the same example's 2 processes: on a GPU each, or both on the one there is (not preallocating)
+        two = ({"tony.worker.instances": "2", "tony.worker.gpus": "1"} if len(devices) >= 2 else
+               {"tony.worker.instances": "2", "tony.gpu.assignment": "none",
+                "tony.execution.envs": "XLA_PYTHON_CLIENT_PREALLOCATE=false"})
+        result["jax_two_processes"] = run_job(args.python, "--epochs 10 --require_gpu", two,
+                                              example=ROOT / "examples" / "jax_dp", framework="jax", prefix="process ")
     if args.only == "jax":
         print(json.dumps(result, indent=2))
         return
