@@ -136,8 +136,8 @@ def connect() -> Attempt:
                    proxy_viewer=report.proxy_viewers(user, spec.view_acls, bridge.aclsEnabled()),
                    rm_silence_limit_s=max(RM_SILENCE_MIN_S, bridge.amExpiryMs() / 2000))
     # With the submitter's keytab: new delegation tokens before the old ones expire (tokens.py).
-    token_server = tokens.start(bridge, secret, host, socket.gethostbyname(host), Path.cwd(), number)
-    am.server.token_offer = token_server.offer if token_server else None
+    token_service = tokens.start(bridge, secret, host, socket.gethostbyname(host), Path.cwd(), number)
+    am.server.token_offer = token_service.offer if token_service else None
     submitted_ms = os.environ.get("APP_SUBMIT_TIME_ENV")
     attempt = Attempt(bridge, spec, meta, number, host, user, secret, store, am,
                       submitted_at=int(submitted_ms) / 1000 if submitted_ms else None)

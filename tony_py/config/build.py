@@ -27,6 +27,8 @@ RESERVED_NAMES = frozenset(
 )
 _INSTANCES_KEY = re.compile(r"^tony\.([^.]+)\.instances$")
 TRAINER_TYPES = ("chief", "master", "worker")
+RANKED_FRAMEWORKS = ("pytorch", "jax")  # one rank (process) per trainer task
+GANG_ONLY = {"horovod": "its workers start together", "jax": "every process joins one coordinator"}
 
 
 def _type_sort_key(name: str) -> tuple[int, str]:
@@ -274,14 +276,12 @@ def _check_framework(spec: JobSpec) -> None:
                           f"({', '.join(f'tony.{t.name}.instances={t.instances}' for t in spec.types)})")
     if spec.single_node:
         return
-    if spec.framework == "pytorch" and not (set(TRAINER_TYPES) & names):
-        raise ConfigError("tony.worker.instances", "pytorch needs trainer tasks: set tony.worker.instances > 0")
-    if spec.framework == "jax" and not (set(TRAINER_TYPES) & names):
-        raise ConfigError("tony.worker.instances", "jax needs trainer tasks: set tony.worker.instances > 0")
-    if spec.framework == "jax" and spec.distributed_mode != "GANG":
-        raise ConfigError("tony.application.distributed-mode", "jax needs GANG: every process joins one coordinator")
-    if spec.framework == "horovod" and spec.distributed_mode != "GANG":
-        raise ConfigError("tony.application.distributed-mode", "horovod needs GANG: its workers start together")
+    if spec.framework in RANKED_FRAMEWORKS and not (set(TRAINER_TYPES) & names):
+        raise ConfigError("tony.worker.instances",
+                          f"{spec.framework} needs trainer tasks: set tony.worker.instances > 0")
+    if spec.framework in GANG_ONLY and spec.distributed_mode != "GANG":
+        raise ConfigError("tony.application.distributed-mode",
+                          f"{spec.framework} needs GANG: {GANG_ONLY[spec.framework]}")
     if spec.framework == "mxnet" and ("scheduler" not in names or spec.type("scheduler").instances != 1):
         raise ConfigError("tony.scheduler.instances", "mxnet needs exactly one scheduler task "
                                                       "(tony.scheduler.instances=1), plus servers and workers")

@@ -15,7 +15,7 @@ JAX_COORDINATOR_BIND_ADDRESS keeps it on the task's own.
 from __future__ import annotations
 
 from tony_py.frameworks.envplan import EnvPlan
-from tony_py.frameworks.pytorch import trainers
+from tony_py.frameworks.pytorch import ranks, trainers
 
 
 def plan(spec, cluster, callbacks=None) -> EnvPlan:
@@ -27,7 +27,7 @@ def plan(spec, cluster, callbacks=None) -> EnvPlan:
     count = str(len(ranked))
     base = {"JAX_COORDINATOR_ADDRESS": coordinator, "JAX_NUM_PROCESSES": count,
             "COORDINATOR_ADDRESS": host, "COORDINATOR_PORT": port, "NUM_PROCESSES": count}
-    process_of = {(name, index): n for n, (name, index, _addr) in enumerate(ranked)}
+    process_of = ranks(ranked)
 
     def env(task) -> dict[str, str]:
         out = dict(base)

@@ -21,6 +21,11 @@ def trainers(cluster) -> list[tuple[str, int, str]]:
     return out
 
 
+def ranks(ranked) -> dict[tuple[str, int], int]:
+    """{(type, index): rank} of trainers() in its order."""
+    return {(name, index): rank for rank, (name, index, _addr) in enumerate(ranked)}
+
+
 def plan(spec, cluster, callbacks=None) -> EnvPlan:
     ranked = trainers(cluster)
     if not ranked:
@@ -34,7 +39,7 @@ def plan(spec, cluster, callbacks=None) -> EnvPlan:
         "WORLD": world,
         "INIT_METHOD": f"tcp://{ranked[0][2]}",
     }
-    rank_of = {(name, index): rank for rank, (name, index, _addr) in enumerate(ranked)}
+    rank_of = ranks(ranked)
 
     def env(task) -> dict[str, str]:
         out = dict(base)
