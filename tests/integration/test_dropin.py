@@ -141,7 +141,8 @@ def test_signals_to_the_driver_kill_the_application(sig, group, driver, cluster,
                                   signal_after=once_running, sig=sig, group=group)
     app_id = probe_records(tmp_path)["worker:0"]["JOB_ID"]
     assert rc != 0
-    wait_for(lambda: cluster.app(app_id)["state"] == "KILLED", 60, "the application to be killed")
+    wait_for(lambda: cluster.app(app_id)["state"] == "KILLED", 60,
+             f"the application to be killed; the driver said:\n{out[-2000:]}{err[-2000:]}")
 
 
 def test_python_api_submit_status_wait_and_kill(cluster, probe_args, tmp_path, monkeypatch):

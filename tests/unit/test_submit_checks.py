@@ -199,8 +199,32 @@ def test_a_signal_during_a_bridge_call_is_raised_after_it(monkeypatch):
         guard._handle(signal.SIGTERM, None)
         with guard.shielded():
             pass
+    fresh = InterruptGuard()
+    fresh.install()
     with pytest.raises(KeyboardInterrupt):  # outside both: at once
-        guard._handle(signal.SIGHUP, None)
+        fresh._handle(signal.SIGHUP, None)
+
+
+def test_a_burst_of_signals_raises_once_and_the_handler_reaches_its_cleanup(monkeypatch):
+    """The jar's driver SIGKILLed: the client's parent-death SIGTERM comes once per driver JVM
+    thread. A second KeyboardInterrupt before the kill started would leave the application running
+    (seen in CI); only the first is raised, the rest are recorded."""
+    guard = InterruptGuard()
+    monkeypatch.setattr(signal, "signal", lambda *a: None)
+    guard.install()
+    killed = []
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            guard._handle(signal.SIGTERM, None)
+        except KeyboardInterrupt:
+            guard._handle(signal.SIGTERM, None)  # the burst, while the first is being handled
+            guard._handle(signal.SIGTERM, None)
+            with guard.cleanup():
+                killed.append("the application")
+            raise
+    assert killed == ["the application"] and guard.received == [signal.SIGTERM] * 3
+    with guard.shielded():  # nothing is left pending to surface later either
+        pass
 
 
 # ---- odd input of every kind: a one-line TonyError or a job, never anything else -----------------

@@ -271,11 +271,14 @@ class ClientGateway:
 
     def close(self, keep_log: bool = False) -> None:
         """Stop the JVM. Its log (Hadoop's client warnings) is removed unless asked to keep it,
-        as after a failure, when it may explain one."""
+        as after a failure, when it may explain one (an empty log explains nothing: it goes too)."""
         with guard.cleanup():
             self._close()
-        if not keep_log:
-            self.log_path.unlink(missing_ok=True)
+        try:
+            if not keep_log or self.log_path.stat().st_size == 0:
+                self.log_path.unlink(missing_ok=True)
+        except OSError:
+            pass
 
     def _close(self) -> None:
         try:

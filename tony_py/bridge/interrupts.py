@@ -9,7 +9,12 @@ SIGINT, SIGTERM and SIGHUP into a request:
 - inside one, it is remembered and raised as soon as the call returns (`shielded()`);
 - once the client is cleaning up (killing the application, deleting staged files), further
   signals are remembered and never raised: the cleanup must finish, and every step of it is
-  bounded by a timeout.
+  bounded by a timeout;
+- only the first signal is ever raised. The client is going down from then on, and a second
+  KeyboardInterrupt, raised while the first is handled but before its cleanup started, would
+  skip killing the application. Signals do come in bursts: the jar's driver dying delivers
+  the client's parent-death SIGTERM once for each of the driver JVM's threads as they exit
+  (the kernel sends it whenever the parent *thread* goes).
 
 Only the CLI installs the handlers (`install()`); a library user keeps their own, and
 `shielded()` is then a no-op.
@@ -30,6 +35,7 @@ class InterruptGuard:
         self.pending: int | None = None  # the first signal not raised yet
         self.received: list[int] = []
         self.cleaning_up = False
+        self.raised = False  # one KeyboardInterrupt per process: the client is ending
         self._depth = 0  # nesting of shielded() in the main thread
 
     def install(self) -> None:
@@ -46,7 +52,8 @@ class InterruptGuard:
 
     def _raise(self) -> None:
         signum, self.pending = self.pending, None
-        if signum is not None:
+        if signum is not None and not self.raised:
+            self.raised = True
             raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
     @contextmanager
