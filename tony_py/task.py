@@ -22,6 +22,11 @@ Its executor renews the lease while it reaches the AM; after tony.task.executor.
 without contact it kills the task, and the AM starts no replacement before that. The check
 covers the instant in between, e.g. a node frozen and thawed after its lease ran out, whose
 processes all resume at once.
+
+When YARN is about to take the container back (preemption for another queue), the task gets
+SIGTERM at once; `preemption_deadline()` then says when the kill comes (seconds since the epoch):
+
+    signal.signal(signal.SIGTERM, lambda *_: save_checkpoint_and_exit())
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import traceback
 ERROR_FILE_ENV = "TONY_ERROR_FILE"
 PROGRESS_FILE_ENV = "TONY_PROGRESS_FILE"
 LEASE_FILE_ENV = "TONY_LEASE_FILE"
+PREEMPTION_FILE_ENV = "TONY_PREEMPTION_DEADLINE_FILE"
 
 
 def write_error(exc: BaseException) -> None:
@@ -94,3 +100,16 @@ def holds_lease() -> bool:
             return time.monotonic() < float(f.read(64))
     except (OSError, ValueError):
         return False
+
+
+def preemption_deadline() -> float | None:
+    """When YARN kills this task's container (seconds since the epoch), once it announced a
+    preemption and the task got SIGTERM for it; None otherwise (also outside TonY-py)."""
+    path = os.environ.get(PREEMPTION_FILE_ENV)
+    if not path:
+        return None
+    try:
+        with open(path) as f:
+            return float(f.read(64))
+    except (OSError, ValueError):
+        return None

@@ -353,7 +353,8 @@ def test_a_lost_node_costs_one_restart_not_one_per_task(tmp_path):
     h.complete("worker:0", -100)  # the node of both workers is lost: first completion...
     assert h.c.attempt == 1 and h.c.tasks["worker:1"].kept
     h.complete("worker:1", -100)  # ...and the second, before worker:1 came back
-    assert h.c.decision is None and h.c.restarts_used == 1
+    # one restart, from the infrastructure's budget: a lost node is not the user's failure
+    assert h.c.decision is None and h.c.infra_restarts_used == 1 and h.c.restarts_used == 0
     assert h.port.requests == [("worker", 2), ("worker", 1), ("worker", 1)]
     assert [t.state for t in h.c.tasks.values()] == [TaskState.PENDING, TaskState.PENDING]
 
@@ -571,3 +572,51 @@ def test_a_replaced_container_gives_its_gpus_to_the_replacement(tmp_path):
     assert h.c.tasks["worker:0"].gpus == ["0"]
     h.c.on_completed(old, -100, "killed")  # the old container's end, after the new allocation
     assert h.c.gpus.of("container_new") == ["0"] and h.c.decision is None
+
+
+# ---- preemption -----------------------------------------------------------------------------------
+def test_a_preemption_warns_the_task_and_restarts_without_spending_a_user_retry(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2")  # tony.am.retry-count=0: no user retries at all
+    h.bring_up()
+    h.c.on_preemption([h.containers["worker:1"], "container_of_someone_else"], 5000)
+    h.c.on_preemption([h.containers["worker:1"]], 5000)  # the message repeats on every allocate response
+    warnings = [e for e in h.c.events.recent if e["kind"] == "PREEMPTION"]
+    assert len(warnings) == 1 and warnings[0]["deadline"] == h.clock.now + 5 and warnings[0]["task"] == "worker:1"
+    beat = h.c.heartbeat("worker:1", 0, h.containers["worker:1"], None)
+    assert beat == {"action": "continue", "preempt": {"deadline": h.clock.now + 5}}
+    assert h.c.heartbeat("worker:0", 0, h.containers["worker:0"], None) == {"action": "continue"}
+    h.clock.now += 1.5
+    # the task checkpointed on SIGTERM and exited 0: that is not success, it is the preemption
+    answer = h.result("worker:1", 0)
+    assert answer["action"] == "exit"
+    failure = h.c.failures[-1]
+    assert failure.kind.value == "preempted" and "5 s warning" in failure.message
+    assert h.c.restarts_used == 0 and h.c.infra_restarts_used == 1 and h.c.preemptions == 1
+    assert h.c.attempt == 1 and h.c.decision is None
+    assert h.containers["worker:1"] in h.port.stopped  # given back at once, not at YARN's kill
+    assert h.c.tasks["worker:0"].kept and h.c.tasks["worker:1"].state == TaskState.PENDING
+    # YARN's kill of the container arrives later: the same preemption, not a second one
+    h.complete("worker:1", -102)
+    assert h.c.preemptions == 1 and h.c.infra_restarts_used == 1
+    status = h.c.status()
+    assert status["preemptions"] == 1 and status["restarts_used"] == 0 and status["infra_restarts_used"] == 1
+
+
+def test_an_unwarned_preemption_reads_as_one_and_the_budget_ends_it(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.application.max-infrastructure-restarts=1",
+                "tony.yarn.queue=default")
+    h.bring_up()
+    h.complete("worker:0", -102)  # no warning reached the task: YARN's exit status says it
+    assert h.c.tasks["worker:0"].state == TaskState.PENDING and h.c.infra_restarts_used == 1
+    assert h.c.failures[-1].kind.value == "preempted"
+    cid = h.allocate("worker")
+    h.containers["worker:0"] = cid
+    h.c.on_started(cid)
+    h.c.register("worker:0", 1, cid, 2100, None)
+    h.c.wait_spec("worker:0", 1, cid, 0)
+    h.c.task_started("worker:0", 1, cid, 101)
+    h.complete("worker:0", -102)
+    assert h.c.decision is not None and h.c.final_status == "FAILED"
+    assert ("YARN preempted the job's containers 2 time(s) in queue default" in h.c.decision.message
+            and "tony.application.max-infrastructure-restarts=1 used up" in h.c.decision.message)
+    assert h.c.restarts_used == 0

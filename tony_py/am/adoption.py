@@ -27,6 +27,8 @@ def snapshot(job: Job, auth_last_seen: Callable[[], dict[str, int]]) -> AmSnapsh
         state=job.state.value,
         attempt=job.attempt,
         restarts_used=job.restarts_used,
+        infra_restarts_used=job.infra_restarts_used,
+        preemptions=job.preemptions,
         cluster_view=job.cluster_view,
         started_at=job.started_at,
         chief_done_at=job.chief_done_at,
@@ -92,6 +94,7 @@ def fence_earlier_copies(job: Job) -> None:
 
 def _restore_job(job: Job, snap: AmSnapshot) -> None:
     job.attempt, job.restarts_used = snap.attempt, snap.restarts_used
+    job.infra_restarts_used, job.preemptions = snap.infra_restarts_used, snap.preemptions
     job.cluster_view, job.started_at = snap.cluster_view, snap.started_at
     job.chief_done_at = snap.chief_done_at
     job.stage, job.callbacks, job.tensorboard_url = snap.stage, dict(snap.callbacks), snap.tensorboard_url

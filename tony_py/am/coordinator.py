@@ -187,6 +187,25 @@ class Coordinator(Job):
             self.changed()
             self.recovery.maybe_done()
 
+    def on_preemption(self, container_ids: list[str], wait_ms: int) -> None:
+        """YARN's PreemptionMessage: it will kill these containers (after the scheduler's
+        max_wait_before_kill). Each task there is told at once, through its executor's next
+        heartbeat answer, to checkpoint (SIGTERM) before the deadline. The message repeats on
+        every allocate response until the containers are gone: each container is said once."""
+        with self.lock:
+            now = self.clock()
+            for container_id in container_ids:
+                task = self.task_for_container(container_id)
+                if task is None or task.state.finished or task.preempt_deadline is not None:
+                    continue
+                task.preempted_at, task.preempt_deadline = now, now + wait_ms / 1000
+                self.dirty = True
+                self.events.record(ev.PREEMPTION, f"YARN will take container {container_id} back within "
+                                                  f"{wait_ms / 1000:.0f} s (preemption for another queue): the task "
+                                                  "gets SIGTERM now to checkpoint", task.name,
+                                   container_id=container_id, deadline=task.preempt_deadline, attempt=task.attempt)
+            self.changed()
+
     def on_previous_containers(self, containers: list[dict]) -> None:
         """Containers of earlier AM attempts that YARN names only after registration: those no task
         of this attempt runs in are stopped (their copies are fenced from this attempt's start:

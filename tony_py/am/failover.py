@@ -64,6 +64,8 @@ class AmSnapshot(Checked):
     callbacks: dict[str, dict] = field(default_factory=dict)
     tensorboard_url: str | None = None
     auth_last_seen: dict[str, int] = field(default_factory=dict)  # so old requests stay refused
+    infra_restarts_used: int = 0
+    preemptions: int = 0
 
     def validate(self) -> None:
         if self.version != SNAPSHOT_VERSION:

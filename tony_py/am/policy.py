@@ -9,6 +9,9 @@ TonY's rules (kept for compatibility):
 - sidecar tasks (tensorboard) never decide anything.
 TonY-py adds, before those rules: a retryable failure of any task restarts the whole gang
 while tony.am.retry-count allows (synchronous training cannot go on with a member missing).
+Failures that are the cluster's doing (preemption, a lost node, failed disks: YARN's
+infrastructure exits) restart from a budget of their own,
+tony.application.max-infrastructure-restarts, and leave the user's retries alone.
 """
 
 from __future__ import annotations
@@ -38,6 +41,10 @@ INFRASTRUCTURE_EXITS = {
     EXIT_KILLED_BY_RESOURCEMANAGER: "the ResourceManager killed the container",
     EXIT_KILLED_BY_CONTAINER_SCHEDULER: "the NodeManager's container scheduler killed the container",
 }
+# Taken back for another queue or a guaranteed container: warned (PreemptionMessage) or not.
+PREEMPTED_EXITS = frozenset({EXIT_PREEMPTED, EXIT_KILLED_BY_CONTAINER_SCHEDULER})
+# Failures that are the cluster's doing: restarted from their own budget.
+INFRASTRUCTURE_KINDS = (FailureKind.INFRASTRUCTURE, FailureKind.PREEMPTED)
 MEMORY_EXITS = {
     EXIT_KILLED_EXCEEDED_VMEM: "the container exceeded its virtual memory limit",
     EXIT_KILLED_EXCEEDED_PMEM: "the container exceeded its physical memory limit",
@@ -69,6 +76,8 @@ def describe_exit(exit_code: int | None, signal: str | None) -> str:
 
 def container_failure_kind(exit_status: int) -> FailureKind:
     """How to read the exit status of a container whose executor never reported a result."""
+    if exit_status in PREEMPTED_EXITS:
+        return FailureKind.PREEMPTED
     if exit_status in INFRASTRUCTURE_EXITS:
         return FailureKind.INFRASTRUCTURE
     if exit_status in MEMORY_EXITS:
@@ -79,14 +88,16 @@ def container_failure_kind(exit_status: int) -> FailureKind:
 def is_retryable(spec: JobSpec, failure: Failure) -> bool:
     if failure.kind == FailureKind.SIGNAL:
         return spec.retry_on_signal
-    if failure.kind in (FailureKind.INFRASTRUCTURE, FailureKind.LOST, FailureKind.LAUNCH):
+    if failure.kind in (*INFRASTRUCTURE_KINDS, FailureKind.LOST, FailureKind.LAUNCH):
         return spec.retry_on_infrastructure
     if failure.kind == FailureKind.EXIT_CODE:
         return failure.exit_code in spec.retryable_exit_codes
     return False  # timeouts: restarting a hung job rarely un-hangs it
 
 
-def after_failure(spec: JobSpec, tasks: dict[str, Task], task: Task, restarts_used: int) -> Decision:
+def after_failure(spec: JobSpec, tasks: dict[str, Task], task: Task, restarts_used: int,
+                  infra_restarts_used: int = 0, queue_note: str = "") -> Decision:
+    """queue_note: how often YARN took the job's containers back, said in a final verdict."""
     failure = task.failure
     assert failure is not None
     if task.id.type in spec.sidecar:
@@ -94,13 +105,35 @@ def after_failure(spec: JobSpec, tasks: dict[str, Task], task: Task, restarts_us
     chief = tasks.get(str(spec.chief()))
     chief_done = chief is not None and chief.state == TaskState.SUCCEEDED
     # Once the chief has succeeded the model is done: rerunning the gang would redo it.
-    if is_retryable(spec, failure) and restarts_used < spec.am_retry_count and not chief_done:
+    retry = is_retryable(spec, failure) and not chief_done
+    if retry and failure.kind in INFRASTRUCTURE_KINDS:
+        if infra_restarts_used < spec.max_infrastructure_restarts:
+            return Decision(
+                Action.RESTART,
+                f"restarting all tasks (infrastructure restart {infra_restarts_used + 1} of "
+                f"{spec.max_infrastructure_restarts}; none of tony.am.retry-count spent) after {failure.headline()}",
+                failure,
+            )
+        # That budget is spent; the user's retries are not for the cluster's doing. TonY's rules
+        # decide, and a verdict says how often the cluster took containers back.
+        decision = tonys_rules(spec, tasks, task, failure)
+        if decision.action == Action.FAIL:
+            decision = Decision(Action.FAIL, f"{decision.message}; {queue_note or 'the cluster took containers back'}"
+                                             f" (tony.application.max-infrastructure-restarts="
+                                             f"{spec.max_infrastructure_restarts} used up)", failure)
+        return decision
+    if retry and restarts_used < spec.am_retry_count:
         return Decision(
             Action.RESTART,
             f"restarting all tasks (restart {restarts_used + 1} of {spec.am_retry_count}) after "
             f"{failure.headline()}",
             failure,
         )
+    return tonys_rules(spec, tasks, task, failure)
+
+
+def tonys_rules(spec: JobSpec, tasks: dict[str, Task], task: Task, failure: Failure) -> Decision:
+    """A failure that is not restarted: whether it ends the job (TonY's rules)."""
     if task.id == spec.chief():
         return Decision(Action.FAIL, f"the chief {failure.headline()}", failure)
     if spec.stages and spec.stage_of(task.id.type) < spec.last_stage and task.tracked:
@@ -166,7 +199,7 @@ def completion(spec: JobSpec, tasks: dict[str, Task]) -> Decision:
 
 # ---- restarts and nodes -------------------------------------------------------------------------
 # Failures after which the container itself is suspect (hung, cut off, gone): never kept.
-_CONTAINER_SUSPECT = (FailureKind.LOST, FailureKind.INFRASTRUCTURE, FailureKind.LAUNCH, FailureKind.TIMEOUT)
+_CONTAINER_SUSPECT = (FailureKind.LOST, *INFRASTRUCTURE_KINDS, FailureKind.LAUNCH, FailureKind.TIMEOUT)
 
 
 def keep_on_restart(spec: JobSpec, task: Task, now: float) -> bool:
@@ -186,8 +219,8 @@ def keep_on_restart(spec: JobSpec, task: Task, now: float) -> bool:
 
 
 def counts_against_node(failure_kind: FailureKind) -> bool:
-    """A user's own exit code says nothing about the node; everything else might."""
-    return failure_kind != FailureKind.EXIT_CODE
+    """A user's own exit code or a preemption says nothing about the node; everything else might."""
+    return failure_kind not in (FailureKind.EXIT_CODE, FailureKind.PREEMPTED)
 
 
 def blacklist_node(spec: JobSpec, failures_on_node: int) -> bool:

@@ -236,6 +236,8 @@ class ExecutorProtocol:
         if progress_age_s is not None:
             # An age, not a timestamp: the node's clock need not agree with the AM's.
             task.last_progress = max(task.last_progress or 0.0, task.last_heartbeat - float(progress_age_s))
+        if task.preempt_deadline is not None:  # repeated until the task ends: the executor acts once
+            return {"action": "continue", "preempt": {"deadline": task.preempt_deadline}}
         return {"action": "continue"}
 
     # ---- the end of a run ----------------------------------------------------------------------
@@ -258,7 +260,7 @@ class ExecutorProtocol:
             self.recovery.fail(task, FailureKind.LOST, f"its executor heard nothing from the AM for "
                                f"tony.task.executor.lease-sec={job.spec.lease_s} s and killed it (fenced)",
                                signal=signal, stderr_tail=stderr_tail, when=task.finished_at)
-        elif exit_code == 0 and not signal:
+        elif exit_code == 0 and not signal and task.preempt_deadline is None:
             self._succeeded(task)
         else:
             self._failed(task, exit_code, signal, stderr_tail, error, timed_out)

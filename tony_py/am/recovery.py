@@ -15,6 +15,8 @@ from tony_py.am.state import Job, JobState
 from tony_py.am.tasks import Task
 from tony_py.job.records import Container, Failure, FailureKind, TaskState
 
+# How a task's end reads once YARN warned it would take the container back (timeouts keep theirs).
+_ENDS_OF_A_WARNED_TASK = (FailureKind.EXIT_CODE, FailureKind.SIGNAL, FailureKind.LOST, FailureKind.INFRASTRUCTURE)
 # How long FINISHING waits for stopped containers to report before giving up on them.
 FINISH_GRACE_S = 15.0
 # How long a node whose executor went silent gets no new container of the job (avoid_node).
@@ -47,6 +49,15 @@ class Recovery:
         """Record a failure of the task's current attempt and (with apply) decide what follows."""
         job = self.job
         container = container or task.container
+        if task.preempt_deadline is not None and kind in _ENDS_OF_A_WARNED_TASK:
+            # YARN announced it would take the container back and the task was told: however it
+            # ended (its own exit after a checkpoint, the kill, its executor going with it), that
+            # is the preemption, not a failure of the task's.
+            lead = task.preempt_deadline - (task.preempted_at or job.clock())
+            message = f"preempted: YARN took its container back ({lead:.0f} s warning, SIGTERM sent); it ended: {message}"
+            kind = FailureKind.PREEMPTED
+        if kind == FailureKind.PREEMPTED:
+            job.preemptions += 1
         failure = Failure(
             task=task.name, attempt=task.attempt, kind=kind, message=message,
             time=details.pop("when", None) or job.clock(),
@@ -56,7 +67,7 @@ class Recovery:
         )
         job.failures.append(failure)
         task.failure = failure
-        task.state = TaskState.FAILED
+        task.state = TaskState.PREEMPTED if kind == FailureKind.PREEMPTED else TaskState.FAILED
         task.finished_at = failure.time
         job.dirty = True
         job.events.record(ev.TASK_FINISHED, message, task.name, attempt=task.attempt, failure_kind=kind.value,
@@ -77,7 +88,10 @@ class Recovery:
 
     def after_failure(self, task: Task) -> None:
         job = self.job
-        decision = policy.after_failure(job.spec, job.tasks, task, job.restarts_used)
+        queue_note = (f"YARN preempted the job's containers {job.preemptions} time(s) in queue {job.spec.queue}"
+                      if job.preemptions else "")
+        decision = policy.after_failure(job.spec, job.tasks, task, job.restarts_used, job.infra_restarts_used,
+                                        queue_note)
         if (decision.action == Action.CONTINUE and job.spec.distributed_mode == "GANG"
                 and job.cluster_view is None and task.id.type not in job.spec.sidecar):
             # The gang can never be complete without it: starting the others would hang them.
@@ -173,21 +187,26 @@ class Recovery:
 
     def restart(self, decision: Decision) -> None:
         job = self.job
-        job.restarts_used += 1
+        if decision.failure is not None and decision.failure.kind in policy.INFRASTRUCTURE_KINDS:
+            job.infra_restarts_used += 1  # the cluster's doing: the user's retries stay untouched
+            budget = (f"infrastructure restart {job.infra_restarts_used} of "
+                      f"{job.spec.max_infrastructure_restarts}")
+        else:
+            job.restarts_used += 1
+            budget = f"gang restart {job.restarts_used} of {job.spec.am_retry_count}"
         job.attempt += 1
         job.timeline[f"restart_decided@{job.attempt}"] = job.clock()
         job.cluster_view = None
         job.chief_done_at = None
         job.events.record(ev.RESTART_DECIDED, decision.message, attempt=job.attempt)
-        job.enter(JobState.RESTARTING, f"gang restart {job.restarts_used} of {job.spec.am_retry_count}: "
-                                       f"attempt {job.attempt}")
+        job.enter(JobState.RESTARTING, f"{budget}: attempt {job.attempt}")
         job.callbacks.clear()
         for task in job.tasks.values():
             if job.spec.stage_of(task.id.type) < job.stage and task.state.finished:
                 continue  # an earlier stage that completed is not run again
             keep = policy.keep_on_restart(job.spec, task, job.clock())
             if not keep:
-                self.supersede(task, f"gang restart {job.restarts_used}")
+                self.supersede(task, f"gang restart to attempt {job.attempt}")
             if task.container is not None and not keep:
                 if not task.released:  # (a lost or hung executor's was stopped when it failed)
                     self.port.stop(task.container.id)

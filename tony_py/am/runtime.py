@@ -60,6 +60,8 @@ def dispatch(coordinator: Coordinator, event: dict) -> None:
             coordinator.fail_job(placement_refused(message))  # the RM is there; it refused the request
         else:
             raise Abandon(f"lost the ResourceManager: {message}")
+    elif kind == "preemption":
+        coordinator.on_preemption([str(c) for c in event.get("containers") or []], int(event.get("wait_ms") or 0))
     elif kind == "previous_containers":
         coordinator.on_previous_containers(event.get("containers") or [])
     elif kind == "requests_rejected":

@@ -77,6 +77,8 @@ class Job:
         self.state = JobState.ALLOCATING
         self.attempt = 0  # the gang attempt: 0, then 1 after the first gang restart, ...
         self.restarts_used = 0
+        self.infra_restarts_used = 0  # restarts after the cluster's doing (policy.INFRASTRUCTURE_KINDS)
+        self.preemptions = 0  # containers YARN took back (warned or not)
         self.failures = []
         self.decision: Decision | None = None
         self.final_status: str | None = None
@@ -145,7 +147,8 @@ class Job:
             return JobView(
                 spec=self.spec, state=self.state.value, final_status=self.final_status,
                 message=self.decision.message if self.decision else "", attempt=self.attempt,
-                restarts_used=self.restarts_used, started_at=self.started_at, stage=self.stage,
+                restarts_used=self.restarts_used, infra_restarts_used=self.infra_restarts_used,
+                preemptions=self.preemptions, started_at=self.started_at, stage=self.stage,
                 tensorboard_url=self.tensorboard_url, failures=tuple(self.failures),
                 tasks=tuple(_task_view(t) for t in self.tasks.values()), timeline=dict(self.timeline),
                 events=tuple(list(self.events.recent)[-EVENTS_SHOWN:]), messages=tuple(self.events.lines(20)))

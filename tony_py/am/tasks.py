@@ -44,6 +44,8 @@ class Task:
     last_progress: float | None = None
     metrics: dict = field(default_factory=dict)
     gpus: list[str] = field(default_factory=list)  # the devices its container holds (am/gpus.py)
+    preempt_deadline: float | None = None  # YARN kills its container then (epoch s): the task was warned
+    preempted_at: float | None = None  # when the AM learned it
 
     @property
     def name(self) -> str:
@@ -69,6 +71,7 @@ class Task:
         self.stopping = False
         self.released = False
         self.served = self.ended = False
+        self.preempt_deadline = self.preempted_at = None
         self.kept = keep_container and self.container is not None
         if self.kept:
             self.state = TaskState.LAUNCHED

@@ -24,8 +24,9 @@ from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK
 
 MAX_ROWS = 40  # beyond this many tasks, one row (and no plain line) per job type
 PLAIN_EVERY_S = 5.0
-_STATE_STYLE = {"SUCCEEDED": "green", "RUNNING": "cyan", "FAILED": "red", "STOPPED": "yellow", "PENDING": "dim"}
-_ORDER = ("RUNNING", "REGISTERED", "LAUNCHED", "ALLOCATED", "PENDING", "SUCCEEDED", "FAILED", "STOPPED")
+_STATE_STYLE = {"SUCCEEDED": "green", "RUNNING": "cyan", "FAILED": "red", "STOPPED": "yellow", "PENDING": "dim",
+                "PREEMPTED": "magenta"}
+_ORDER = ("RUNNING", "REGISTERED", "LAUNCHED", "ALLOCATED", "PENDING", "SUCCEEDED", "FAILED", "PREEMPTED", "STOPPED")
 
 
 def _duration(seconds: float) -> str:
@@ -59,6 +60,8 @@ def summary(report: dict, status: dict | None, elapsed_s: float) -> str:
     restarts = (status or {}).get("restarts_used") or 0
     if restarts:
         parts.append(f"restart {restarts} of {(status or {}).get('restarts_allowed', '?')}")
+    if preempted := (status or {}).get("preemptions"):
+        parts.append(f"preempted {preempted}x")
     if (report.get("attempt") or 0) > 1:
         parts.append(f"AM attempt {report['attempt']}")
     return ", ".join(parts[:2]) + "".join(f" · {p}" for p in parts[2:]) + f" · {_duration(elapsed_s)}"
@@ -149,6 +152,16 @@ class Monitor:
             if text and key not in self._printed:
                 self._printed.add(key)
                 say(text)
+        for failure in s.get("failures") or []:
+            # A failure that a restart follows is over before the next poll: its state in the table
+            # (FAILED, PREEMPTED) would never be seen. Each is said once, as it happened.
+            key = f"failure {failure.get('task')} {failure.get('attempt')} {failure.get('time')}"
+            if key not in self._printed:
+                self._printed.add(key)
+                state = "PREEMPTED" if failure.get("kind") == "preempted" else "FAILED"
+                where = f" on {failure['host']}" if failure.get("host") else ""
+                say(f"  {failure.get('task', '?'):<14} {state:<10} (attempt {failure.get('attempt')}{where}): "
+                    f"{failure.get('message', '')}")
         attempt = r.get("attempt") or 0
         if attempt and attempt != self._attempt:
             if self._attempt:
@@ -180,7 +193,7 @@ class Monitor:
                     line += f" on {t['host']}"
                 if t.get("exit_code") is not None or t.get("signal"):
                     line += f" ({t.get('signal') or 'exit ' + str(t['exit_code'])})"
-                if t.get("state") in ("RUNNING", "FAILED") and t.get("log_url"):
+                if t.get("state") in ("RUNNING", "FAILED", "PREEMPTED") and t.get("log_url"):
                     line += f"  logs: {t['log_url']}"
                 self.say(line)
         now = time.monotonic()

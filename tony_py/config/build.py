@@ -144,6 +144,7 @@ def _rules(conf: TonyConf) -> dict:
         retryable_exit_codes=int_set_of(conf, "tony.application.retryable-exit-codes"),
         retry_on_signal=bool_of(conf, "tony.application.retry-on-signal", True),
         retry_on_infrastructure=bool_of(conf, "tony.application.retry-on-infrastructure-failure", True),
+        max_infrastructure_restarts=int_of(conf, "tony.application.max-infrastructure-restarts", 10, minimum=0),
         stop_on_failure=frozenset(list_of(conf, "tony.application.stop-on-failure-jobtypes", "ps")),
         fail_on_worker_failure=bool_of(conf, "tony.application.fail-on-worker-failure-enabled", False),
         max_failures_per_node=int_of(conf, "tony.task.max-failures-per-node", 3, minimum=0),

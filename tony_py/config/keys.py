@@ -19,6 +19,7 @@ tony.application.sidecar.jobtypes tony.application.stop-on-failure-jobtypes
 tony.application.fail-on-worker-failure-enabled tony.application.security.enabled
 tony.application.node-label tony.application.retryable-exit-codes tony.application.retry-on-signal
 tony.application.retry-on-infrastructure-failure tony.application.after-chief-timeout-ms
+tony.application.max-infrastructure-restarts
 tony.application.id
 tony.yarn.queue
 tony.am.memory tony.am.vcores tony.am.gpus tony.am.retry-count tony.am.wait-client-signal-stop-timeout-sec

@@ -107,6 +107,7 @@ class JobSpec(Checked):
     retryable_exit_codes: frozenset[int] = frozenset()
     retry_on_signal: bool = True
     retry_on_infrastructure: bool = True
+    max_infrastructure_restarts: int = 10  # preemption, lost nodes: apart from am_retry_count
     untracked: frozenset[str] = frozenset({"ps"})
     sidecar: frozenset[str] = frozenset({TENSORBOARD_TYPE})
     stop_on_failure: frozenset[str] = frozenset({"ps"})

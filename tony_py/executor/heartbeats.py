@@ -47,6 +47,7 @@ class Heartbeats:
         self.tokens = tokens  # renewed delegation tokens on offer (tony_py/executor/tokens.py)
         self.lanes = [_Lane(Signer(secret, f"{principal}.hb{i}")) for i in range(LANES)]
         self.instruction: dict | None = None  # an answer that is not "continue"
+        self.preempt: dict | None = None  # YARN will take the container back: {"deadline": epoch s}
         self.refused: str | None = None  # a signed client error: a bug on one side, not a fault
         self.fenced = threading.Event()
         self._stop = threading.Event()
@@ -102,5 +103,8 @@ class Heartbeats:
             self.refused = f"HTTP {status}: {str((answer or {}).get('error', ''))[:300]}"
         elif isinstance(answer, dict) and answer.get("action") in ("exit", "restart"):
             self.instruction = answer
-        elif isinstance(answer, dict) and answer.get("tokens"):
-            self.tokens(answer["tokens"])
+        elif isinstance(answer, dict):
+            if isinstance(answer.get("preempt"), dict):
+                self.preempt = answer["preempt"]
+            if answer.get("tokens"):
+                self.tokens(answer["tokens"])

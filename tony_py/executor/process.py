@@ -104,6 +104,13 @@ class UserProcess:
             except Exception:  # noqa: BLE001 - already gone
                 pass
 
+    def terminate_group(self) -> None:
+        """SIGTERM the process group and return: the task decides what to do before it ends."""
+        try:
+            os.killpg(self.pid, signal.SIGTERM)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def kill_group(self, grace_s: float = 5.0) -> None:
         """SIGTERM the whole process group (and strays that left it), then SIGKILL."""
         strays = self._descendants()

@@ -142,7 +142,7 @@ class Executor:
         log.info("started pid %d: %s", self.child.pid, describe_command(self.s.command) or "(command not shown)")
         try:
             check(self.channel.post("/v1/started", self._body(attempt, pid=self.child.pid)))
-            code, timed_out, fenced = self._supervise(attempt)
+            code, timed_out, fenced = self._supervise(attempt, env.get("TONY_PREEMPTION_DEADLINE_FILE"))
         finally:
             self.channel.lease.withdraw()
         ended_at = time.time()
@@ -204,9 +204,11 @@ class Executor:
                                  "(tony.task.executor.registry-timeout-sec)")
 
     # ---- while the task runs ---------------------------------------------------------------------
-    def _supervise(self, attempt: int) -> tuple[int, bool, bool]:
-        """Wait for the child while its heartbeats keep the lease; (returncode, timed_out, fenced)."""
+    def _supervise(self, attempt: int, env_file: str | None = None) -> tuple[int, bool, bool]:
+        """Wait for the child while its heartbeats keep the lease; (returncode, timed_out, fenced).
+        env_file: where a preemption's deadline is written for the task (TONY_PREEMPTION_DEADLINE_FILE)."""
         started = time.monotonic()
+        warned = False
         next_metrics = next_probe = 0.0
         beats = Heartbeats(self.channel, self.s.secret, self.s.container_id or self.s.task, self.s.heartbeat_s,
                            body=lambda: self._beat_body(attempt), fence=self.child.kill_now,
@@ -223,6 +225,9 @@ class Executor:
                     raise RequestRefused(400, f"a heartbeat: {beats.refused}")
                 if beats.instruction:
                     raise Instruction(beats.instruction)
+                if beats.preempt is not None and not warned:
+                    warned = True
+                    self._warn_of_preemption(beats.preempt, env_file)
                 if self.s.execution_timeout_s > 0 and now - started > self.s.execution_timeout_s:
                     log.error("execution timeout (%.0f s): killing the process group", self.s.execution_timeout_s)
                     self.child.kill_group()
@@ -236,6 +241,26 @@ class Executor:
                 self._report_once(attempt, probe_tensorboard=probe)
         finally:
             beats.stop()
+
+    def _warn_of_preemption(self, warning: dict, deadline_file: str | None) -> None:
+        """YARN will kill the container at the deadline: the task gets SIGTERM now (its process
+        group, as TF's PreemptionCheckpointHandler, JAX's preemption sync and plain handlers
+        expect) to checkpoint and exit; the deadline is in its file first."""
+        try:
+            deadline = float(warning.get("deadline"))
+        except (TypeError, ValueError):
+            deadline = None
+        if deadline is not None and deadline_file:
+            try:
+                tmp = f"{deadline_file}.tmp"
+                with open(tmp, "w") as f:
+                    f.write(repr(deadline))
+                os.replace(tmp, deadline_file)
+            except OSError as exc:
+                log.error("could not write the preemption deadline to %s: %s", deadline_file, exc)
+        left = f"{deadline - time.time():.1f} s" if deadline is not None else "an unknown time"
+        log.warning("YARN is preempting this container (the kill comes in %s): SIGTERM to the task to checkpoint", left)
+        self.child.terminate_group()
 
     def _beat_body(self, attempt: int) -> dict:
         # a sample travels once, with the next heartbeat (the AM keeps the latest): the

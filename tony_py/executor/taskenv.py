@@ -64,6 +64,9 @@ def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: 
     env["TORCHELASTIC_ERROR_FILE"] = error_file
     env["TONY_PROGRESS_FILE"] = str(cwd / f"tony-progress-{attempt}")
     env["TONY_LEASE_FILE"] = str(cwd / f"tony-lease-{attempt}")  # tony_py.task.holds_lease (lease.py)
+    # Written just before a preemption's SIGTERM: when YARN kills the container (epoch seconds).
+    # A file, not a variable: a running process's environment cannot change.
+    env["TONY_PREEMPTION_DEADLINE_FILE"] = str(cwd / f"tony-preemption-{attempt}")
     # What the process reports back to the AM (Horovod's driver: its rendezvous port).
     env["TONY_CALLBACK_FILE"] = str(cwd / f"tony-callback-{attempt}.json")
     env["DRIVER_OUTPUT_PATH"] = str(cwd)  # TonY's name for where its Horovod driver wrote that

@@ -251,7 +251,8 @@ def summary_from_events(app_id: str, events: list[dict], report: dict) -> dict:
             row = tasks.setdefault(e["task"], {"name": e["task"], "type": e["task"].split(":")[0],
                                                "index": int(e["task"].split(":")[-1]), "state": "?"})
             if e.get("kind") == "TASK_FINISHED":
-                row.update(state="SUCCEEDED" if e.get("exit_code") == 0 and not e.get("failure_kind") else "FAILED",
+                row.update(state="SUCCEEDED" if e.get("exit_code") == 0 and not e.get("failure_kind") else
+                           "PREEMPTED" if e.get("failure_kind") == "preempted" else "FAILED",
                            exit_code=e.get("exit_code"), signal=e.get("signal"), metrics=e.get("metrics") or {},
                            finished_at=e.get("ts"))
             elif e.get("kind") == "TASK_STARTED":

@@ -52,6 +52,8 @@ def job_summary(view: JobView, *, app_id: str, user: str, submitted_at: float | 
         "root_cause": cause.to_dict() if cause else None,
         "diagnostics": diagnostics(view),
         "restarts_used": view.restarts_used,
+        "infra_restarts_used": view.infra_restarts_used,
+        "preemptions": view.preemptions,
         "am_attempts": am_attempt,
         "tracking_url": tracking_url,
         "tensorboard_url": view.tensorboard_url,

@@ -12,6 +12,7 @@ Task states (the AM moves a task through them: tony_py/am/tasks.py):
                                                   exit 0 ─▶ SUCCEEDED   exit ≠ 0, signal, │
                                                   lost executor/node ─▶ FAILED  ◀─────────┘
                                                   stopped by the AM   ─▶ STOPPED
+                                                  YARN took it back   ─▶ PREEMPTED
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ class TaskState(str, enum.Enum):
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
     STOPPED = "STOPPED"
+    PREEMPTED = "PREEMPTED"  # its queue's share was needed elsewhere: not the task's failure
 
     @property
     def finished(self) -> bool:
-        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED)
+        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.PREEMPTED)
 
 
 class FailureKind(str, enum.Enum):
@@ -44,7 +46,8 @@ class FailureKind(str, enum.Enum):
 
     EXIT_CODE = "exit_code"  # the user process exited non-zero
     SIGNAL = "signal"  # the user process was killed by a signal
-    INFRASTRUCTURE = "infrastructure"  # YARN: preempted, aborted, disks failed, node lost
+    INFRASTRUCTURE = "infrastructure"  # YARN: aborted, disks failed, node lost
+    PREEMPTED = "preempted"  # YARN took the container back for another queue (warned first, or not)
     LOST = "lost"  # the executor vanished (no heartbeat, or its container ended)
     LAUNCH = "launch"  # the container could not be started
     TIMEOUT = "timeout"  # an execution / progress timeout fired

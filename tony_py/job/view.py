@@ -46,6 +46,8 @@ class JobView:
     timeline: dict = field(default_factory=dict)
     events: tuple[dict, ...] = ()
     messages: tuple[str, ...] = ()
+    infra_restarts_used: int = 0  # restarts after preemption or a lost node (not the user's retries)
+    preemptions: int = 0
 
     def root_cause(self) -> Failure | None:
         return root_cause(self.failures)

@@ -35,7 +35,7 @@ a:hover { text-decoration:underline; }
 .SUCCEEDED, .FINISHED, .DONE { color:var(--ok); }
 .FAILED, .KILLED { color:var(--bad); }
 .RUNNING, .REGISTERED, .LAUNCHED { color:var(--run); }
-.STOPPED, .RESTARTING, .FINISHING { color:var(--warn); }
+.STOPPED, .PREEMPTED, .RESTARTING, .FINISHING { color:var(--warn); }
 .PENDING, .ALLOCATED, .ALLOCATING { color:var(--muted); }
 .muted { color:var(--muted); }
 .root { border-left:3px solid var(--bad); padding-left:10px; }

@@ -33,6 +33,8 @@ import org.apache.hadoop.yarn.api.records.ExecutionType;
 import org.apache.hadoop.yarn.api.records.ExecutionTypeRequest;
 import org.apache.hadoop.yarn.api.records.FinalApplicationStatus;
 import org.apache.hadoop.yarn.api.records.NodeReport;
+import org.apache.hadoop.yarn.api.records.PreemptionContainer;
+import org.apache.hadoop.yarn.api.records.PreemptionMessage;
 import org.apache.hadoop.yarn.api.records.Priority;
 import org.apache.hadoop.yarn.api.records.Resource;
 import org.apache.hadoop.yarn.api.records.ResourceInformation;
@@ -60,6 +62,9 @@ import org.apache.hadoop.yarn.util.resource.ResourceUtils;
 public final class AmBridge {
   /** A tag no container carries: "not on a node with it" places a request anywhere. */
   static final String UNCONSTRAINED_TAG = "tony-py-unconstrained";
+  /** The CapacityScheduler's wait between marking a container for preemption and killing it. */
+  static final String PREEMPTION_WAIT_KEY = "yarn.resourcemanager.monitor.capacity.preemption.max_wait_before_kill";
+  static final long PREEMPTION_WAIT_DEFAULT_MS = 15000;
   private final YarnConfiguration conf = new YarnConfiguration();
   private final LinkedBlockingQueue<Map<String, Object>> events = new LinkedBlockingQueue<>();
   private final Map<String, Container> containers = new ConcurrentHashMap<>();
@@ -474,6 +479,34 @@ public final class AmBridge {
 
     @Override
     public void onContainersUpdated(List<UpdatedContainer> updated) {}
+
+    /**
+     * The scheduler will take these containers back (another queue needs its share): strict
+     * ones for sure, negotiable ones unless the AM gives back the same resources itself, which
+     * a gang cannot. Both are told to Python, with how long the RM waits before the kill as
+     * the cluster configures it (the message itself carries no deadline).
+     */
+    @Override
+    public void onPreemptionMessageReceived(PreemptionMessage message) {
+      List<String> ids = new ArrayList<>();
+      if (message.getStrictContract() != null) {
+        for (PreemptionContainer c : message.getStrictContract().getContainers()) {
+          ids.add(c.getId().toString());
+        }
+      }
+      if (message.getContract() != null) {
+        for (PreemptionContainer c : message.getContract().getContainers()) {
+          ids.add(c.getId().toString());
+        }
+      }
+      if (ids.isEmpty()) {
+        return;
+      }
+      Map<String, Object> body = new LinkedHashMap<>();
+      body.put("containers", ids);
+      body.put("wait_ms", conf.getLong(PREEMPTION_WAIT_KEY, PREEMPTION_WAIT_DEFAULT_MS));
+      emit("preemption", body);
+    }
 
     @Override
     public void onShutdownRequest() {
