@@ -5,6 +5,11 @@ import json
 import pytest
 
 from harness import Harness, served_cluster
+from tony_py.frameworks.envplan import expand
+
+
+def served_env(answer: dict) -> dict:
+    return expand(answer["env"], answer.get("shared"))
 from tony_py.am import recovery
 from tony_py.am.state import JobState
 from tony_py.am.failover import AmSnapshot
@@ -620,3 +625,75 @@ def test_an_unwarned_preemption_reads_as_one_and_the_budget_ends_it(tmp_path):
     assert ("YARN preempted the job's containers 2 time(s) in queue default" in h.c.decision.message
             and "tony.application.max-infrastructure-restarts=1 used up" in h.c.decision.message)
     assert h.c.restarts_used == 0
+
+
+# ---- a smaller gang (tony.<type>.min-instances) ------------------------------------------------------
+def test_a_task_yarn_cannot_replace_is_parked_and_the_rest_go_on_renumbered_then_it_is_asked_for_again(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=3", "tony.worker.min-instances=2",
+                "tony.container.allocation.timeout=5000", "tony.application.framework=pytorch")
+    h.bring_up()
+    h.complete("worker:0", -100)  # its node is lost: an infrastructure restart; the others stay in place
+    assert h.c.attempt == 1 and h.c.infra_restarts_used == 1
+    for name in ("worker:1", "worker:2"):
+        assert h.c.register(name, 1, h.containers[name], 3000, None)["ok"]
+        h.c.polling(name, +1)  # parked in the spec long-poll: alive
+    h.clock.now += 6  # YARN grants nothing for worker:0 within the allocation timeout
+    h.c.tick()
+    assert h.c.decision is None and h.c.tasks["worker:0"].state == TaskState.PARKED
+    resize = [e for e in h.c.events.recent if e["kind"] == "RESIZE"]
+    assert len(resize) == 1 and "worker 3 -> 2 (min 2)" in resize[0]["message"]
+    # worker:0's copy on the lost node may still run (as rank 0): the smaller gang, where
+    # worker:1 becomes rank 0, waits for that copy's lease to run out (fencing)
+    assert h.c.wait_spec("worker:1", 1, h.containers["worker:1"], 0) is None
+    h.clock.now += h.spec.lease_s + 2
+    h.c.tick()
+    envs = {name: served_env(h.c.wait_spec(name, 1, h.containers[name], 0)) for name in ("worker:1", "worker:2")}
+    assert [(envs[n]["RANK"], envs[n]["WORLD_SIZE"], envs[n]["TASK_INDEX"]) for n in ("worker:1", "worker:2")] == [
+        ("0", "2", "0"), ("1", "2", "1")]
+    assert h.c.state.value == "RUNNING" and h.c.status()["tasks"][0]["state"] == "PARKED"
+    # the smaller gang finishing is the job succeeding
+    for name, pid in (("worker:1", 101), ("worker:2", 102)):
+        h.c.task_started(name, 1, h.containers[name], pid)
+        h.result(name, 0, attempt=1)
+    assert h.c.final_status == "SUCCEEDED"
+
+
+def test_the_gang_grows_back_at_the_next_restart(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.worker.min-instances=1", "tony.am.retry-count=1",
+                "tony.container.allocation.timeout=5000", "tony.application.framework=pytorch")
+    h.bring_up()
+    h.complete("worker:1", -100)
+    assert h.c.register("worker:0", 1, h.containers["worker:0"], 3000, None)["ok"]
+    h.c.polling("worker:0", +1)
+    h.clock.now += 6
+    h.c.tick()
+    assert h.c.tasks["worker:1"].state == TaskState.PARKED
+    h.clock.now += h.spec.lease_s + 2  # worker:1's copy on the lost node is fenced until its lease ran out
+    h.c.tick()
+    assert served_env(h.c.wait_spec("worker:0", 1, h.containers["worker:0"], 0))["WORLD_SIZE"] == "1"
+    h.c.task_started("worker:0", 1, h.containers["worker:0"], 101)
+    h.result("worker:0", None, "SIGKILL", attempt=1)  # a user retry: the restart asks for worker:1 again
+    assert h.c.attempt == 2 and h.c.tasks["worker:1"].state == TaskState.PENDING
+    assert h.port.requests[-1] == ("worker", 1)
+    assert any(e["kind"] == "RESIZE" and "grows back" in e["message"] for e in h.c.events.recent)
+
+
+def test_min_instances_is_checked(tmp_path):
+    from tony_py.config.build import build_job_spec
+    from tony_py.config.layers import load_conf
+    from tony_py.errors import ConfigError
+
+    def spec(*conf):
+        return build_job_spec(load_conf(None, ["tony.containers.command=python t.py", *conf], env={}, cwd=tmp_path))
+
+    assert spec("tony.worker.instances=3", "tony.worker.min-instances=2").type("worker").fewest == 2
+    assert spec("tony.worker.instances=3").type("worker").fewest == 3
+    for conf, words in ((("tony.worker.instances=2", "tony.worker.min-instances=3"), "must be <= 2"),
+                        (("tony.worker.instances=2", "tony.worker.min-instances=0"), "must be >= 1"),
+                        (("tony.worker.instances=2", "tony.worker.min-instances=1", "tony.application.framework=horovod"),
+                         "cannot shrink"),
+                        (("tony.worker.instances=2", "tony.worker.min-instances=1",
+                          "tony.application.distributed-mode=FCFS"), "needs tony.application.distributed-mode=GANG")):
+        with pytest.raises(ConfigError) as err:
+            spec(*conf)
+        assert "tony.worker.min-instances" in str(err.value) and words in str(err.value)

@@ -82,6 +82,10 @@ class Coordinator(Job):
             match self.state:
                 case JobState.ALLOCATING | JobState.RUNNING | JobState.RESTARTING:
                     self.watchdog.check(now)
+                    if self.watchdog.resized:
+                        self.watchdog.resized = False
+                        self.protocol.serve_if_complete()
+                        self.changed()
                     self._lift_fences(now)
                     self.recovery.lift_avoided(now)
                 case JobState.FINISHING:

@@ -51,7 +51,9 @@ function render(s) {
   const sub = document.getElementById('subtitle');
   sub.replaceChildren(el('span', {class: 'state ' + (s.final_status || s.state)}, s.final_status || s.state || '?'),
     ' · ' + (s.framework || '') + (s.am_attempt > 1 ? ' · AM attempt ' + s.am_attempt : '') +
-    (s.restarts_used ? ' · restart ' + s.restarts_used + ' of ' + s.restarts_allowed : ''));
+    (s.restarts_used ? ' · restart ' + s.restarts_used + ' of ' + s.restarts_allowed : '') +
+    (s.preemptions ? ' · preempted ' + s.preemptions + 'x' : '') +
+    (s.infra_restarts_used ? ' · infrastructure restart ' + s.infra_restarts_used + ' of ' + s.infra_restarts_allowed : ''));
   const main = document.getElementById('main');
   const kids = [];
   const facts = el('dl', {});

@@ -26,6 +26,7 @@ SPEC_SERVED = "SPEC_SERVED"
 TASK_STARTED = "TASK_STARTED"
 TASK_FINISHED = "TASK_FINISHED"
 HEARTBEAT_LOST = "HEARTBEAT_LOST"
+RESIZE = "RESIZE"  # the gang goes on smaller (tony.<type>.min-instances) or asks to grow back
 PREEMPTION = "PREEMPTION"  # YARN will take a container back: its task was told (SIGTERM) and given the deadline
 RESTART_DECIDED = "RESTART_DECIDED"
 AM_FAILOVER = "AM_FAILOVER"

@@ -19,6 +19,7 @@ from tony_py.am.policy import Action, Decision
 from tony_py.am.recovery import Recovery
 from tony_py.am.state import Job, JobState
 from tony_py.am.tasks import Task
+from tony_py.config.spec import TaskId
 from tony_py.frameworks.envplan import EnvPlan, SpecAnswer
 from tony_py.job.records import FailureKind, TaskState
 
@@ -97,7 +98,7 @@ class ExecutorProtocol:
         left out)."""
         job = self.job
         return all(
-            t.state in (TaskState.REGISTERED, TaskState.RUNNING)
+            t.state in (TaskState.REGISTERED, TaskState.RUNNING, TaskState.PARKED)
             or (t.id.type in job.spec.sidecar and t.state == TaskState.FAILED)
             for t in job.tasks.values() if job.spec.stage_of(t.id.type) == job.stage
         )
@@ -154,7 +155,7 @@ class ExecutorProtocol:
         task.served = True  # from now on this copy may run the task's process
         job.events.record(ev.SPEC_SERVED, "cluster spec served", task.name, attempt=task.attempt)
         plan = self._env_plan(view)
-        return SpecAnswer(self._task_env(task, plan), plan)
+        return SpecAnswer(self._task_env(task, plan, job.dense_id(task)), plan)
 
     def polling(self, name: str, delta: int) -> None:
         """A long-poll of the task's executor started (+1) or ended (-1): alive, not heartbeating."""
@@ -175,8 +176,10 @@ class ExecutorProtocol:
         return plan
 
     @staticmethod
-    def _task_env(task: Task, plan: EnvPlan) -> dict[str, str]:
-        env = plan.env(task.id)
+    def _task_env(task: Task, plan: EnvPlan, dense: TaskId) -> dict[str, str]:
+        env = plan.env(dense)  # a smaller gang numbers its members 0..n-1 (state.Job.dense_id)
+        if dense != task.id:
+            env["TASK_INDEX"] = str(dense.index)  # TonY's, set at launch for the full size
         env["TONY_RESTART_ATTEMPT"] = str(task.attempt)
         # TonY's counters, with TonY's meaning (TonY itself left both at 0: a bug): the session
         # a task belongs to, which user code reads to resume.

@@ -166,6 +166,37 @@ class Recovery:
         if container is not None and count_node:
             self.count_node_failure(container.node_id)
 
+    # ---- a smaller gang (tony.<type>.min-instances) -----------------------------------------------
+    def shrink(self, why: str) -> bool:
+        """The allocation timeout fired (`why`): if the gang can do without the tasks YARN did not
+        grant (every type keeps at least its min-instances), park them, withdraw their requests
+        and serve the rest, whose ranks, WORLD_SIZE and TF_CONFIG then number only them. The next
+        gang restart asks for the parked tasks again. False: the job cannot shrink."""
+        job = self.job
+        pending = job.pending()
+        missing: dict[str, list[Task]] = {}
+        for task in pending:
+            missing.setdefault(task.id.type, []).append(task)
+        if not missing or job.spec.distributed_mode != "GANG":
+            return False
+        sizes = {}
+        for name, tasks in missing.items():
+            task_type = job.spec.type(name)
+            active = sum(1 for t in job.tasks.values() if t.id.type == name and t.state != TaskState.PARKED)
+            if active - len(tasks) < task_type.fewest:
+                return False
+            sizes[name] = (active, active - len(tasks), task_type.fewest)
+        self.book.cancel(missing)
+        for tasks in missing.values():
+            for task in tasks:
+                task.state = TaskState.PARKED
+        job.dirty = True
+        names = ", ".join(t.name for tasks in missing.values() for t in tasks)
+        change = "; ".join(f"{name} {before} -> {after} (min {fewest})" for name, (before, after, fewest) in sizes.items())
+        job.events.record(ev.RESIZE, f"the gang goes on smaller: {change}; {names} parked until the next restart "
+                                     f"({why})", sizes={n: s[1] for n, s in sizes.items()}, parked=names)
+        return True  # the caller serves the smaller gang's spec (protocol.serve_if_complete)
+
     # ---- decisions -------------------------------------------------------------------------
     def apply(self, decision: Decision) -> None:
         if decision.action == Action.CONTINUE or self.job.decision is not None:
@@ -201,6 +232,10 @@ class Recovery:
         job.events.record(ev.RESTART_DECIDED, decision.message, attempt=job.attempt)
         job.enter(JobState.RESTARTING, f"{budget}: attempt {job.attempt}")
         job.callbacks.clear()
+        parked = [t.name for t in job.tasks.values() if t.state == TaskState.PARKED]
+        if parked:
+            job.events.record(ev.RESIZE, f"asking for {', '.join(parked)} again: the gang grows back to its full size "
+                                         "if YARN grants them within the allocation timeout", parked=", ".join(parked))
         for task in job.tasks.values():
             if job.spec.stage_of(task.id.type) < job.stage and task.state.finished:
                 continue  # an earlier stage that completed is not run again

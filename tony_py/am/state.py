@@ -36,7 +36,7 @@ from tony_py.am.fencing import Fences
 from tony_py.am.gpus import GpuBook
 from tony_py.am.policy import Decision
 from tony_py.am.tasks import Task
-from tony_py.config.spec import JobSpec
+from tony_py.config.spec import JobSpec, TaskId
 from tony_py.job.records import TaskState
 from tony_py.job.view import JobView, TaskView
 
@@ -133,6 +133,15 @@ class Job:
     def in_play(self, task: Task) -> bool:
         """Tasks of the current stage and of earlier ones (a later stage is not requested yet)."""
         return self.spec.stage_of(task.id.type) <= self.stage
+
+    def dense_id(self, task: Task) -> TaskId:
+        """The task as a smaller gang numbers it: its index among the tasks of its type that are
+        not parked (a gang without worker:0 calls worker:1 worker 0). Unchanged when none is."""
+        if not any(t.state == TaskState.PARKED for t in self.tasks.values()):
+            return task.id
+        index = sum(1 for t in self.tasks.values()
+                    if t.id.type == task.id.type and t.id.index < task.id.index and t.state != TaskState.PARKED)
+        return TaskId(task.id.type, index)
 
     def pending(self) -> list[Task]:
         return [t for t in self.tasks.values() if t.state == TaskState.PENDING and self.in_play(t)]

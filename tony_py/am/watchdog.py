@@ -19,6 +19,7 @@ class Watchdog:
     def __init__(self, job: Job, recovery: Recovery):
         self.job = job
         self.recovery = recovery
+        self.resized = False  # the gang shrank: its spec may be served now (the coordinator does)
 
     def note_stall(self, now: float) -> None:
         """Silence from executors while the AM itself stood still (a GC pause, a frozen VM) is
@@ -36,8 +37,12 @@ class Watchdog:
     def check(self, now: float) -> None:
         """Every timeout of an undecided job; the first that fires decides."""
         job = self.job
-        why = policy.app_timeout(job.spec, job.started_at, now) or policy.allocation_timeout(
-            job.spec, job.pending(), self.recovery.book.requested_at, now)
+        why = policy.app_timeout(job.spec, job.started_at, now)
+        if not why:
+            why = policy.allocation_timeout(job.spec, job.pending(), self.recovery.book.requested_at, now)
+            if why and self.recovery.shrink(why):  # tony.<type>.min-instances: go on without them
+                self.resized = True
+                why = None
         if why:
             self.recovery.finish(Decision(Action.FAIL, why), status="FAILED")
             return

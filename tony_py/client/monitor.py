@@ -26,7 +26,8 @@ MAX_ROWS = 40  # beyond this many tasks, one row (and no plain line) per job typ
 PLAIN_EVERY_S = 5.0
 _STATE_STYLE = {"SUCCEEDED": "green", "RUNNING": "cyan", "FAILED": "red", "STOPPED": "yellow", "PENDING": "dim",
                 "PREEMPTED": "magenta"}
-_ORDER = ("RUNNING", "REGISTERED", "LAUNCHED", "ALLOCATED", "PENDING", "SUCCEEDED", "FAILED", "PREEMPTED", "STOPPED")
+_ORDER = ("RUNNING", "REGISTERED", "LAUNCHED", "ALLOCATED", "PENDING", "SUCCEEDED", "FAILED", "PREEMPTED", "PARKED",
+          "STOPPED")
 
 
 def _duration(seconds: float) -> str:

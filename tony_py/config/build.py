@@ -28,6 +28,9 @@ RESERVED_NAMES = frozenset(
 _INSTANCES_KEY = re.compile(r"^tony\.([^.]+)\.instances$")
 TRAINER_TYPES = ("chief", "master", "worker")
 RANKED_FRAMEWORKS = ("pytorch", "jax")  # one rank (process) per trainer task
+# Frameworks whose task env is a function of the cluster view alone: a smaller gang gets a view
+# without the missing tasks, and every rank, WORLD_SIZE and TF_CONFIG follows from it.
+ELASTIC_FRAMEWORKS = ("tensorflow", "pytorch", "jax")
 GANG_ONLY = {"horovod": "its workers start together", "jax": "every process joins one coordinator"}
 
 
@@ -211,8 +214,10 @@ def _task_type(conf: TonyConf, name: str, instances: int, default_command: str |
         raise ConfigError(f"tony.{name}.node-label", "cannot be combined with a placement spec: YARN places "
                                                      "scheduling requests by their constraint alone")
     tags = list_of(conf, f"tony.{name}.allocation-tags") or list_of(conf, "tony.containers.allocation-tags")
+    fewest = int_of(conf, f"tony.{name}.min-instances", instances, minimum=1, maximum=instances)
     return TaskType(name, instances, resources_of(conf, f"tony.{name}"), label, command,
-                    placement_spec=placement, allocation_tags=tags or ((name,) if placement else ()))
+                    placement_spec=placement, allocation_tags=tags or ((name,) if placement else ()),
+                    min_instances=fewest if fewest < instances else None)
 
 
 def _check_labels_with_placement(spec: JobSpec) -> None:
@@ -280,6 +285,14 @@ def _check_framework(spec: JobSpec) -> None:
     if spec.framework in RANKED_FRAMEWORKS and not (set(TRAINER_TYPES) & names):
         raise ConfigError("tony.worker.instances",
                           f"{spec.framework} needs trainer tasks: set tony.worker.instances > 0")
+    shrinking = [t for t in spec.types if t.min_instances is not None]
+    if shrinking and spec.framework not in ELASTIC_FRAMEWORKS:
+        raise ConfigError(f"tony.{shrinking[0].name}.min-instances",
+                          f"a {spec.framework} job cannot shrink (its tasks' environment is not only a function of "
+                          f"who runs); min-instances works with {', '.join(ELASTIC_FRAMEWORKS)}")
+    if shrinking and spec.distributed_mode != "GANG":
+        raise ConfigError(f"tony.{shrinking[0].name}.min-instances",
+                          "needs tony.application.distributed-mode=GANG: a resize regenerates every task's ranks")
     if spec.framework in GANG_ONLY and spec.distributed_mode != "GANG":
         raise ConfigError("tony.application.distributed-mode",
                           f"{spec.framework} needs GANG: {GANG_ONLY[spec.framework]}")

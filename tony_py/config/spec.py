@@ -54,10 +54,18 @@ class TaskType(Checked):
     placement_spec: str | None = None  # a YARN placement constraint expression (SchedulingRequests)
     allocation_tags: tuple[str, ...] = ()
     docker_image: str | None = None
+    min_instances: int | None = None  # None: instances (no shrinking); else the gang may go on with this many
 
     def validate(self) -> None:
         if not TYPE_NAME.match(self.name) or not 1 <= self.instances <= MAX_INSTANCES:
             raise ModelError(f"bad job type {self.name!r} with {self.instances} instances")
+        if self.min_instances is not None and not 1 <= self.min_instances <= self.instances:
+            raise ModelError(f"job type {self.name!r}: min_instances {self.min_instances} not in 1..{self.instances}")
+
+    @property
+    def fewest(self) -> int:
+        """How many tasks of the type the gang needs at least (tony.<type>.min-instances)."""
+        return self.instances if self.min_instances is None else self.min_instances
 
 
 @dataclass(frozen=True)

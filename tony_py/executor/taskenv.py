@@ -61,6 +61,8 @@ def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: 
         env["HOME"] = str(cwd)
     error_file = str(cwd / f"tony-error-{attempt}.json")
     env["TONY_ERROR_FILE"] = error_file
+    # The task's own name (worker:1): unlike TASK_INDEX, never renumbered by a smaller gang.
+    env["TONY_TASK_ID"] = settings.task
     env["TORCHELASTIC_ERROR_FILE"] = error_file
     env["TONY_PROGRESS_FILE"] = str(cwd / f"tony-progress-{attempt}")
     env["TONY_LEASE_FILE"] = str(cwd / f"tony-lease-{attempt}")  # tony_py.task.holds_lease (lease.py)

@@ -13,6 +13,8 @@ Task states (the AM moves a task through them: tony_py/am/tasks.py):
                                                   lost executor/node ─▶ FAILED  ◀─────────┘
                                                   stopped by the AM   ─▶ STOPPED
                                                   YARN took it back   ─▶ PREEMPTED
+    PENDING ──not granted within the allocation timeout, the gang can do without it──▶ PARKED
+    PARKED ──next gang restart (the gang grows back)──▶ PENDING
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ class TaskState(str, enum.Enum):
     FAILED = "FAILED"
     STOPPED = "STOPPED"
     PREEMPTED = "PREEMPTED"  # its queue's share was needed elsewhere: not the task's failure
+    PARKED = "PARKED"  # left out of a smaller gang (tony.<type>.min-instances) until the next restart
 
     @property
     def finished(self) -> bool:
-        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.PREEMPTED)
+        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.PREEMPTED, TaskState.PARKED)
 
 
 class FailureKind(str, enum.Enum):

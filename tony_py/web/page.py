@@ -36,7 +36,7 @@ a:hover { text-decoration:underline; }
 .FAILED, .KILLED { color:var(--bad); }
 .RUNNING, .REGISTERED, .LAUNCHED { color:var(--run); }
 .STOPPED, .PREEMPTED, .RESTARTING, .FINISHING { color:var(--warn); }
-.PENDING, .ALLOCATED, .ALLOCATING { color:var(--muted); }
+.PENDING, .ALLOCATED, .ALLOCATING, .PARKED { color:var(--muted); }
 .muted { color:var(--muted); }
 .root { border-left:3px solid var(--bad); padding-left:10px; }
 form.filters { display:flex; gap:10px; flex-wrap:wrap; padding:10px 14px; }

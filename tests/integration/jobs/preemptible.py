@@ -3,7 +3,7 @@
 YARN announces a preemption) before it exits 0. It resumes from its checkpoint when restarted.
 
 Every step appends one line to <dir>/steps/<task>.jsonl (task, step, gang attempt, container,
-time); a SIGTERM appends {"sigterm": ...} with the step it checkpointed and the deadline the task
+RANK and WORLD_SIZE as the task was given them, time); a SIGTERM appends {"sigterm": ...} with the step it checkpointed and the deadline the task
 was given (tony_py.task.preemption_deadline). It stops once <dir>/release exists and it has taken
 --after-release steps in that gang attempt, or at --max-steps.
 """
@@ -27,12 +27,13 @@ def main():
     p.add_argument("--max-steps", type=int, default=100000)
     p.add_argument("--checkpoint-on-sigterm", action="store_true")
     args = p.parse_args()
-    me = f"{os.environ['JOB_NAME']}:{os.environ['TASK_INDEX']}"
+    me = os.environ["TONY_TASK_ID"]  # not JOB_NAME:TASK_INDEX, which a smaller gang renumbers
     os.makedirs(f"{args.dir}/steps", exist_ok=True)
     os.makedirs(f"{args.dir}/ckpt", exist_ok=True)
     ckpt = f"{args.dir}/ckpt/{me}.json"
     who = {"task": me, "container": os.environ.get("CONTAINER_ID"), "pid": os.getpid(),
-           "attempt": int(os.environ.get("TONY_RESTART_ATTEMPT", "0"))}
+           "attempt": int(os.environ.get("TONY_RESTART_ATTEMPT", "0")), "rank": os.environ.get("RANK"),
+           "world": os.environ.get("WORLD_SIZE")}
     log = os.open(f"{args.dir}/steps/{me}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(record):
