@@ -49,7 +49,7 @@ SUPPORTED_PATTERNS = (
 
 # tony.<type>.<suffix> keys read for every job type.
 PER_TYPE = frozenset("instances memory vcores gpus node-label command resources max-instances placement-spec "
-                     "allocation-tags".split())
+                     "allocation-tags nproc-per-node".split())
 
 # TonY keys with no effect in TonY-py, and why.
 _NOT_NEEDED = "TonY-py's executors and AM are not JVMs"
