@@ -131,6 +131,7 @@ def test_local_torchrun_two_tasks_of_two_processes(local_env):
         assert sorted(r["local_rank"] for r in group) == [0, 1] and len({r["GROUP_RANK"] for r in group}) == 1
     assert {r["TORCHELASTIC_RUN_ID"] for r in recs} == {f"{recs[0]['JOB_ID']}-0"}
     assert {r["TORCHELASTIC_RESTART_COUNT"] for r in recs} == {"0"} and not any(r["INIT_METHOD"] for r in recs)
+    assert all(f"/{r['CONTAINER_ID']}/tony-torchrun/" in r["TORCHELASTIC_ERROR_FILE"] for r in recs)  # not /tmp
     assert not no_task_processes_left(local_env, out="ranks")  # torchrun's workers left its process group
 
 

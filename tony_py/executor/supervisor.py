@@ -138,7 +138,7 @@ class Executor:
         self.sampler = MetricsSampler(gpu_metrics, env.get("CUDA_VISIBLE_DEVICES"),
                                       find_nvidia_smi(self.base_env) if gpu_metrics else None)
         self.channel.lease.publish(Path(env["TONY_LEASE_FILE"]))
-        command, env = launch(self.s.framework, self.s.command, env, self.s.max_restarts)
+        command, env = launch(self.s.framework, self.s.command, env, self.s.max_restarts, str(self.cwd))
         self.child = UserProcess(command, env, str(self.cwd), out, err)
         # Not the whole command: task_params may carry credentials, and this log is aggregated.
         log.info("started pid %d: %s%s", self.child.pid, describe_command(self.s.command) or "(command not shown)",

@@ -43,10 +43,12 @@ def task_env(spec: JobSpec, cluster: ClusterView, task: TaskId, callbacks: Callb
     return expand(p.env(task), p.shared)
 
 
-def launch(framework: str, command: str, env: dict[str, str], max_restarts: int) -> tuple[str, dict[str, str]]:
-    """The command and env a task's process starts with, from its own (the executor's last step)."""
+def launch(framework: str, command: str, env: dict[str, str], max_restarts: int,
+           workdir: str) -> tuple[str, dict[str, str]]:
+    """The command and env a task's process starts with (in workdir), from its own: the
+    executor's last step."""
     if framework == "pytorch":
-        return pytorch.launch(command, env, max_restarts)
+        return pytorch.launch(command, env, max_restarts, workdir)
     return command, env
 
 

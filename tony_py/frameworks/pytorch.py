@@ -107,30 +107,31 @@ def rdzv_id(env: dict[str, str]) -> str:
     return f"{env.get('JOB_ID', 'tony')}-{env.get('TONY_RESTART_ATTEMPT', '0')}"
 
 
-def torchrun_args(env: dict[str, str]) -> list[str]:
+def torchrun_args(env: dict[str, str], workdir: str) -> list[str]:
     """torchrun's flags for a task, from the values plan() gave it. --local_addr: the task's host
     as the cluster view names it (what torchrun publishes as MASTER_ADDR when this task is group
     rank 0). No --node_rank: c10d ignores it (torch warns so); group ranks come from the
-    rendezvous (docs/task-environment.md)."""
+    rendezvous (docs/task-environment.md). --log_dir: absolute, as the workers' error files are
+    named by it (a script may change its directory)."""
     return ["--nnodes", env[NNODES], "--nproc_per_node", env[NPROC_PER_NODE],
             "--rdzv_backend", "c10d", "--rdzv_endpoint", env[RDZV_ENDPOINT], "--rdzv_id", rdzv_id(env),
             "--rdzv_conf", f"is_host={env[IS_HOST]}", "--max_restarts", "0", "--local_addr", env[LOCAL_ADDR],
-            "--log_dir", LOG_DIR]
+            "--log_dir", f"{workdir.rstrip('/')}/{LOG_DIR}"]
 
 
-def torchrun_command(command: str, env: dict[str, str]) -> str:
+def torchrun_command(command: str, env: dict[str, str], workdir: str) -> str:
     """`<python> <script> <args>` as `<python> -m torch.distributed.run <flags> <script> <args>`:
     the job's own interpreter runs torchrun (and, through it, the script)."""
     interpreter, _, rest = split_interpreter(command)
-    return " ".join([interpreter, "-m", MODULE, *map(shlex.quote, torchrun_args(env)), rest])
+    return " ".join([interpreter, "-m", MODULE, *map(shlex.quote, torchrun_args(env, workdir)), rest])
 
 
-def launch(command: str, env: dict[str, str], max_restarts: int) -> tuple[str, dict[str, str]]:
+def launch(command: str, env: dict[str, str], max_restarts: int, workdir: str) -> tuple[str, dict[str, str]]:
     """The command and env a PyTorch task's process starts with (`env`: what the task gets
     otherwise, with JOB_ID and TONY_RESTART_ATTEMPT). Under torchrun when plan() said so;
     else as it is, with the TORCHELASTIC_* variables elastic scripts read: the gang attempt as
     the restart count, tony.am.retry-count as the most restarts, the application as the run."""
     if NPROC_PER_NODE in env:
-        return torchrun_command(command, env), env
+        return torchrun_command(command, env, workdir), env
     return command, {**env, "TORCHELASTIC_RESTART_COUNT": env.get("TONY_RESTART_ATTEMPT", "0"),
                      "TORCHELASTIC_MAX_RESTARTS": str(max_restarts), "TORCHELASTIC_RUN_ID": env.get("JOB_ID", "")}

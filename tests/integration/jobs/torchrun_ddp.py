@@ -16,7 +16,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 SEEN = ("RANK", "LOCAL_RANK", "GROUP_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
         "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_ERROR_FILE",
         "CONTAINER_ID", "JOB_ID", "JOB_NAME", "TASK_INDEX", "TONY_RESTART_ATTEMPT", "INIT_METHOD", "WORLD",
-        "OMP_NUM_THREADS")
+        "OMP_NUM_THREADS", "TONY_TORCHRUN_RDZV_ENDPOINT")
 
 
 def main():
@@ -31,7 +31,8 @@ def main():
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     assert os.environ["LOCAL_WORLD_SIZE"] == args.local_world_size, os.environ["LOCAL_WORLD_SIZE"]
-    assert os.environ["WORLD_SIZE"] == args.world_size and world == int(args.world_size), (os.environ["WORLD_SIZE"], world)
+    assert os.environ["WORLD_SIZE"] == args.world_size, os.environ["WORLD_SIZE"]
+    assert world == int(args.world_size), world
     assert rank == int(os.environ["RANK"])
 
     torch.manual_seed(0)
