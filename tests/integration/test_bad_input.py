@@ -43,6 +43,7 @@ CASES = {
     "command substitution in container_env": (["--container_env", "X=$(id)"], "--container_env"),
     "node label no node carries": (["--conf", "tony.worker.node-label=tpu"], "tony.worker.node-label"),
     "launch-unsafe AM python": (["--conf", 'tony.am.python=py"thon'], "tony.am.python"),
+    "torchrun outside pytorch": (["--conf", "tony.worker.nproc-per-node=2"], "tony.worker.nproc-per-node"),
 }
 
 

@@ -195,3 +195,73 @@ def test_env_references_expand_from_the_client_environment(tmp_path):
         del os.environ["TONY_TEST_RUN"]
     assert spec.name == "run-42"
     assert spec.queue == "${env.TONY_NO_SUCH}"  # an unset variable stays as written, as in Hadoop
+
+
+# ---- tony.<type>.nproc-per-node: torchrun ------------------------------------------------------------
+TORCHRUN = ("tony.application.framework=pytorch", "tony.worker.instances=2")
+
+
+def test_nproc_per_node_defaults_to_one_and_travels_in_the_spec(tmp_path):
+    from tony_py.config.spec import JobSpec
+
+    assert spec_from(tmp_path, TORCHRUN).type("worker").nproc_per_node == 1
+    spec = spec_from(tmp_path, [*TORCHRUN, "tony.chief.instances=1", "tony.chief.nproc-per-node=4",
+                                "tony.worker.nproc-per-node=4", "tony.worker.gpus=8", "tony.chief.gpus=4"])
+    assert [t.nproc_per_node for t in spec.types] == [4, 4]
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    data = spec.to_dict()
+    data["types"][0].pop("nproc_per_node")
+    with pytest.raises(ValueError, match="nproc_per_node"):  # the checked round trip: all keys or none
+        JobSpec.from_dict(data)
+
+
+@pytest.mark.parametrize("overrides,key,words", [
+    (("tony.worker.nproc-per-node=0",), "tony.worker.nproc-per-node", "must be >= 1"),
+    (("tony.worker.nproc-per-node=two",), "tony.worker.nproc-per-node", "whole number"),
+    (("tony.worker.nproc-per-node=100000",), "tony.worker.nproc-per-node", "must be <= 1024"),
+    (("tony.application.framework=tensorflow", "tony.worker.nproc-per-node=2"), "tony.worker.nproc-per-node",
+     "needs tony.application.framework=pytorch (not tensorflow); allowed here: 1"),
+    (("tony.evaluator.instances=1", "tony.evaluator.nproc-per-node=2"), "tony.evaluator.nproc-per-node",
+     "only trainer types (chief, master, worker) run under torchrun"),
+    (("tony.worker.nproc-per-node=2", "tony.worker.gpus=1"), "tony.worker.gpus", "do not split evenly"),
+    (("tony.worker.nproc-per-node=2", "tony.worker.gpus=3"), "tony.worker.gpus", "use 0 or a multiple of it"),
+    (("tony.worker.nproc-per-node=2", "tony.chief.instances=1"), "tony.chief.nproc-per-node",
+     "is 1, but tony.worker.nproc-per-node is 2"),
+    (("tony.worker.nproc-per-node=2", "tony.application.distributed-mode=FCFS"), "tony.application.distributed-mode",
+     "needs GANG"),
+    (("tony.worker.nproc-per-node=2", "tony.worker.command=bash run.sh"), "tony.worker.nproc-per-node",
+     "starts with the Python interpreter"),
+    (("tony.worker.nproc-per-node=2", "tony.worker.command=python -u train.py --password hunter2"),
+     "tony.worker.nproc-per-node", "no interpreter option ('-u')"),
+])
+def test_bad_nproc_per_node_is_exit_2_naming_the_key(tmp_path, overrides, key, words):
+    with pytest.raises(ConfigError) as err:
+        spec_from(tmp_path, [*TORCHRUN, *overrides])
+    assert err.value.key == key and err.value.exit_code == 2
+    assert str(err.value).startswith(key) and words in str(err.value), str(err.value)
+    assert "hunter2" not in str(err.value)  # the command is never echoed: task_params may hold credentials
+
+
+def test_nproc_per_node_accepts_the_jobs_interpreter_and_modules(tmp_path):
+    conf = load_conf(None, ["tony.containers.command='/opt/env/bin/py' train.py", *TORCHRUN,
+                            "tony.worker.nproc-per-node=2"], env={}, cwd=tmp_path)
+    with pytest.raises(ConfigError):
+        build_job_spec(conf)  # not named python*: only as the job's own interpreter
+    assert build_job_spec(conf, python="'/opt/env/bin/py'").type("worker").nproc_per_node == 2
+    for command in ("venv/bin/python3.11 -m my.trainer --lr 1", "'venv/bin/python' train.py --x 'a b'"):
+        spec = spec_from(tmp_path, [*TORCHRUN, "tony.worker.nproc-per-node=2", f"tony.worker.command={command}"])
+        assert spec.type("worker").nproc_per_node == 2
+
+
+def test_nproc_per_node_for_a_type_without_instances_is_silent(tmp_path):
+    spec = spec_from(tmp_path, [*TORCHRUN, "tony.evaluator.nproc-per-node=2"])  # TonY's rule for unused types
+    assert spec.type_names() == ["worker"]
+
+
+def test_nproc_per_node_is_a_known_key_and_its_typos_are_named(tmp_path):
+    from tony_py.config import keys
+
+    conf = load_conf(None, ["tony.containers.command=python x.py", *TORCHRUN, "tony.worker.nproc-per-node=2",
+                            "tony.worker.nproc-per-nod=2"], env={}, cwd=tmp_path)
+    assert keys.review(conf, ["worker"]) == ["tony.worker.nproc-per-nod (set in --conf): unknown key, ignored; "
+                                             "did you mean tony.worker.nproc-per-node?"]

@@ -170,3 +170,13 @@ def test_the_log_line_names_only_a_script_or_module(command, shown):
     """The started line is aggregated with the container's logs: a word of the command may be a
     credential (--token s3cr3t, env KEY=v), so only a .py/.sh base name or a -m module."""
     assert describe_command(command) == shown
+
+
+def test_settings_carry_what_frameworks_launch_needs(tmp_path):
+    from tony_py.config.build import build_job_spec
+    from tony_py.config.layers import load_conf
+
+    spec = build_job_spec(load_conf(None, ["tony.containers.command=python t.py", "tony.application.framework=pytorch",
+                                           "tony.worker.instances=1", "tony.am.retry-count=4"], env={}, cwd=tmp_path))
+    settings = Settings.load({"TONY_TASK": "worker:0", "TONY_AM_URL": "http://am:1"}, spec, "s" * 64)
+    assert (settings.framework, settings.max_restarts) == ("pytorch", 4)

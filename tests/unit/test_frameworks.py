@@ -89,3 +89,92 @@ def test_jax_needs_a_gang_of_trainers(tmp_path, overrides, key):
 def test_standalone_env_is_empty(tmp_path):
     s = spec(tmp_path, "tony.application.framework=standalone", "tony.worker.instances=1")
     assert frameworks.task_env(s, {"worker": ["a:1"]}, TaskId("worker", 0)) == {}
+
+
+# ---- PyTorch under torchrun (tony.<type>.nproc-per-node) ---------------------------------------------
+from tony_py.config.torchrun import split_interpreter  # noqa: E402
+from tony_py.frameworks import pytorch  # noqa: E402
+
+TORCHRUN_CLUSTER = {"chief": ["h0:1000"], "worker": ["h1:1001", "h1:1002"], "evaluator": ["h4:1004"]}
+
+
+def torchrun_spec(tmp_path, *overrides):
+    conf = load_conf(None, ["tony.containers.command=/venv/bin/python train.py --lr 0.1",
+                            "tony.application.framework=pytorch", "tony.chief.instances=1", "tony.worker.instances=2",
+                            "tony.evaluator.instances=1", "tony.chief.nproc-per-node=2",
+                            "tony.worker.nproc-per-node=2", *overrides], env={}, cwd=tmp_path)
+    return build_job_spec(conf)
+
+
+def test_torchrun_env_names_the_rendezvous_and_nothing_torchrun_sets(tmp_path):
+    s = torchrun_spec(tmp_path)
+    envs = {t: frameworks.task_env(s, TORCHRUN_CLUSTER, TaskId(*t))
+            for t in [("chief", 0), ("worker", 0), ("worker", 1)]}
+    common = {"TONY_TORCHRUN_NNODES": "3", "TONY_TORCHRUN_NPROC_PER_NODE": "2",
+              "TONY_TORCHRUN_RDZV_ENDPOINT": "h0:1000"}
+    assert envs[("chief", 0)] == {**common, "TONY_TORCHRUN_IS_HOST": "true", "TONY_TORCHRUN_LOCAL_ADDR": "h0"}
+    assert envs[("worker", 0)] == {**common, "TONY_TORCHRUN_IS_HOST": "false", "TONY_TORCHRUN_LOCAL_ADDR": "h1"}
+    assert envs[("worker", 1)] == envs[("worker", 0)]  # two tasks on one host: only the rank-0 task hosts
+    # torchrun sets RANK, WORLD_SIZE, MASTER_PORT, … for its workers; an evaluator gets no group to join
+    assert frameworks.task_env(s, TORCHRUN_CLUSTER, TaskId("evaluator", 0)) == {}
+
+
+def _served(env, attempt="0"):
+    return {**env, "JOB_ID": "application_17_0042", "TONY_RESTART_ATTEMPT": attempt}
+
+
+def test_torchrun_argv_for_rank_0_and_rank_1(tmp_path):
+    s = torchrun_spec(tmp_path)
+    chief = _served(frameworks.task_env(s, TORCHRUN_CLUSTER, TaskId("chief", 0)))
+    worker = _served(frameworks.task_env(s, TORCHRUN_CLUSTER, TaskId("worker", 0)))
+    flags = ["--nnodes", "3", "--nproc_per_node", "2", "--rdzv_backend", "c10d", "--rdzv_endpoint", "h0:1000",
+             "--rdzv_id", "application_17_0042-0"]
+    tail = ["--max_restarts", "0"]
+    assert pytorch.torchrun_args(chief, "/c/0") == [*flags, "--rdzv_conf", "is_host=true", *tail, "--local_addr",
+                                                    "h0", "--log_dir", "/c/0/tony-torchrun"]
+    assert pytorch.torchrun_args(worker, "/c/1") == [*flags, "--rdzv_conf", "is_host=false", *tail, "--local_addr",
+                                                     "h1", "--log_dir", "/c/1/tony-torchrun"]
+    command, env = frameworks.launch("pytorch", s.command_for("worker"), worker, max_restarts=3, workdir="/c/1")
+    assert command == ("/venv/bin/python -m torch.distributed.run --nnodes 3 --nproc_per_node 2 --rdzv_backend c10d "
+                       "--rdzv_endpoint h0:1000 --rdzv_id application_17_0042-0 --rdzv_conf is_host=false "
+                       "--max_restarts 0 --local_addr h1 --log_dir /c/1/tony-torchrun train.py --lr 0.1")
+    assert env == worker  # torchrun gives its workers TORCHELASTIC_*, RANK, … itself
+    # the next gang attempt meets in another rendezvous
+    assert "--rdzv_id application_17_0042-1" in frameworks.launch("pytorch", s.command_for("worker"),
+                                                                  _served(worker, "1"), 3, "/c/1")[0]
+
+
+def test_torchrun_keeps_the_rest_of_the_command_as_written():
+    env = _served({pytorch.NNODES: "2", pytorch.NPROC_PER_NODE: "4", pytorch.RDZV_ENDPOINT: "a:1",
+                   pytorch.IS_HOST: "true", pytorch.LOCAL_ADDR: "a"})
+    command = pytorch.torchrun_command("'venv/bin/python' -m pkg.train --name \"a b\" --out $OUT_DIR", env,
+                                       "/data/my dir")
+    assert command.startswith("'venv/bin/python' -m torch.distributed.run --nnodes 2 --nproc_per_node 4 ")
+    assert command.endswith(" --log_dir '/data/my dir/tony-torchrun' -m pkg.train --name \"a b\" --out $OUT_DIR")
+
+
+@pytest.mark.parametrize("command,parts", [
+    ("python t.py", ("python", "python", "t.py")),
+    ("  '/my env/bin/python3'   t.py 'x y' ", ("'/my env/bin/python3'", "/my env/bin/python3", "t.py 'x y' ")),
+    ('"venv/bin/python" -m a.b', ('"venv/bin/python"', "venv/bin/python", "-m a.b")),
+])
+def test_the_interpreter_is_split_off_as_written(command, parts):
+    assert split_interpreter(command) == parts
+
+
+@pytest.mark.parametrize("command", ["python", "python -m", "python -u t.py", "python 'unclosed t.py", ""])
+def test_commands_torchrun_cannot_run_are_refused(command):
+    with pytest.raises(ValueError):
+        split_interpreter(command)
+
+
+def test_pytorch_tasks_without_torchrun_get_torchelastics_variables(tmp_path):
+    s = spec(tmp_path, "tony.application.framework=pytorch", "tony.worker.instances=2", "tony.evaluator.instances=1")
+    for task in (TaskId("worker", 1), TaskId("evaluator", 0)):
+        env = _served(frameworks.task_env(s, {"worker": ["a:1", "b:2"], "evaluator": ["c:3"]}, task), attempt="2")
+        command, launched = frameworks.launch("pytorch", "python t.py", env, max_restarts=5, workdir="/c")
+        assert command == "python t.py"
+        assert launched == {**env, "TORCHELASTIC_RESTART_COUNT": "2", "TORCHELASTIC_MAX_RESTARTS": "5",
+                            "TORCHELASTIC_RUN_ID": "application_17_0042"}
+    # other frameworks' tasks run as they are
+    assert frameworks.launch("tensorflow", "python t.py", {"JOB_ID": "x"}, 5, "/c") == ("python t.py", {"JOB_ID": "x"})

@@ -4,6 +4,7 @@ fast tier because it needs no cluster."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -57,9 +58,9 @@ def records(tmp_path: Path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in (tmp_path / "probe").glob("*.json")}
 
 
-def no_task_processes_left(tmp_path: Path, grace_s: float = 3.0) -> list:
+def no_task_processes_left(tmp_path: Path, grace_s: float = 3.0, out: str = "probe") -> list:
     """Task processes of this test still alive (not zombies) after a short grace for exits in flight."""
-    marker = str(tmp_path / "probe")
+    marker = str(tmp_path / out)
     deadline = time.monotonic() + grace_s
     while True:
         left = [p for p in psutil.process_iter(["cmdline", "status"])
@@ -105,6 +106,33 @@ def test_local_gang_restart_in_place(local_env):
     assert "restart 1 of 1" in run.stdout
     recs = records(local_env)
     assert recs["worker:0"]["TONY_RESTART_ATTEMPT"] == "1" and recs["worker:1"]["TONY_RESTART_ATTEMPT"] == "1"
+    for rec in recs.values():  # what torchrun would give an elastic script: the gang attempt, the job
+        env = rec["all_env"]
+        assert (env["TORCHELASTIC_RESTART_COUNT"], env["TORCHELASTIC_MAX_RESTARTS"]) == ("1", "1")
+        assert env["TORCHELASTIC_RUN_ID"] == rec["JOB_ID"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch")
+def test_local_torchrun_two_tasks_of_two_processes(local_env):
+    """tony.worker.nproc-per-node=2: each task runs its script under torchrun; an unmodified DDP
+    script sees a world of 4 in 2 groups of 2, and every process the same rendezvous id."""
+    out = local_env / "ranks"
+    run = tony(local_env, "--src_dir", str(JOBS), "--executes", "torchrun_ddp.py", "--python_binary_path",
+               sys.executable, "--task_params", f"--out {out}", "--conf", "tony.application.framework=pytorch",
+               "--conf", "tony.worker.instances=2", "--conf", "tony.worker.nproc-per-node=2")
+    assert run.returncode == 0, run.stdout + run.stderr
+    recs = [json.loads(p.read_text()) for p in out.glob("rank-*.json")]
+    assert sorted(r["rank"] for r in recs) == [0, 1, 2, 3]
+    by_task = {}
+    for r in recs:
+        by_task.setdefault(r["CONTAINER_ID"], []).append(r)
+    assert len(by_task) == 2
+    for group in by_task.values():
+        assert sorted(r["local_rank"] for r in group) == [0, 1] and len({r["GROUP_RANK"] for r in group}) == 1
+    assert {r["TORCHELASTIC_RUN_ID"] for r in recs} == {f"{recs[0]['JOB_ID']}-0"}
+    assert {r["TORCHELASTIC_RESTART_COUNT"] for r in recs} == {"0"} and not any(r["INIT_METHOD"] for r in recs)
+    assert all(f"/{r['CONTAINER_ID']}/tony-torchrun/" in r["TORCHELASTIC_ERROR_FILE"] for r in recs)  # not /tmp
+    assert not no_task_processes_left(local_env, out="ranks")  # torchrun's workers left its process group
 
 
 def test_local_gpus_are_handed_out_one_device_per_task(local_env):

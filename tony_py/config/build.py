@@ -9,13 +9,15 @@ values.py; TonY's job shapes (stages, groups, sidecar, Horovod, Docker) are shap
 from __future__ import annotations
 
 import re
+import shlex
 
 from tony_py.config.layers import TonyConf
 from tony_py.config.shapes import groups, horovod_types, image_of, mounts, stages, tensorboard_type, with_dependencies, \
     with_image
 from tony_py.config.spec import (CACHE_VISIBILITIES, DISTRIBUTED_MODES, FRAMEWORKS, GPU_ASSIGNMENTS, HOROVOD_DRIVER_TYPE,
-                                 MAX_INSTANCES, SINGLE_NODE_TYPE, TENSORBOARD_TYPE, TYPE_NAME, TYPE_ORDER, JobSpec,
-                                 Resources, TaskType)
+                                 MAX_INSTANCES, MAX_NPROC_PER_NODE, SINGLE_NODE_TYPE, TENSORBOARD_TYPE, TYPE_NAME,
+                                 TYPE_ORDER, JobSpec, Resources, TaskType)
+from tony_py.config.torchrun import check_command
 from tony_py.config.values import (bool_of, choice_of, int_of, int_set_of, list_of, parse_env_list, resources_of,
                                    text_of)
 from tony_py.errors import ConfigError, UsageError
@@ -97,6 +99,7 @@ def _build_job_spec(conf: TonyConf, python: str) -> JobSpec:
     spec = with_dependencies(conf, spec)
     _check_labels_with_placement(spec)
     _check_framework(spec)
+    _check_torchrun(spec, python)
     spec.validate()
     return spec
 
@@ -217,7 +220,9 @@ def _task_type(conf: TonyConf, name: str, instances: int, default_command: str |
     fewest = int_of(conf, f"tony.{name}.min-instances", instances, minimum=1, maximum=instances)
     return TaskType(name, instances, resources_of(conf, f"tony.{name}"), label, command,
                     placement_spec=placement, allocation_tags=tags or ((name,) if placement else ()),
-                    min_instances=fewest if fewest < instances else None)
+                    min_instances=fewest if fewest < instances else None,
+                    nproc_per_node=int_of(conf, f"tony.{name}.nproc-per-node", 1, minimum=1,
+                                          maximum=MAX_NPROC_PER_NODE))
 
 
 def _check_labels_with_placement(spec: JobSpec) -> None:
@@ -302,3 +307,40 @@ def _check_framework(spec: JobSpec) -> None:
     if not spec.tracked_tasks():
         raise ConfigError("tony.application.untracked.jobtypes",
                           "every job type is untracked, so the job could never finish; track at least one")
+
+
+def _check_torchrun(spec: JobSpec, python: str) -> None:
+    """tony.<type>.nproc-per-node > 1 runs each task of the type under torchrun: PyTorch's
+    trainer types only, in GANG mode, with a command torchrun can run, and GPUs that split
+    evenly between the task's processes."""
+    wrapped = [t for t in spec.types if t.nproc_per_node > 1]
+    for t in wrapped:
+        key = f"tony.{t.name}.nproc-per-node"
+        if spec.framework != "pytorch":
+            raise ConfigError(key, f"{t.nproc_per_node} processes per task run under torchrun, which needs "
+                                   f"tony.application.framework=pytorch (not {spec.framework}); allowed here: 1")
+        if t.name not in TRAINER_TYPES:
+            raise ConfigError(key, f"only trainer types ({', '.join(TRAINER_TYPES)}) run under torchrun; "
+                                   f"a {t.name} task runs one process: allowed here: 1")
+        if t.resources.gpus % t.nproc_per_node:
+            raise ConfigError(f"tony.{t.name}.gpus", f"{t.resources.gpus} GPU(s) do not split evenly between "
+                                                     f"{key}={t.nproc_per_node} processes (each takes "
+                                                     "cuda:LOCAL_RANK): use 0 or a multiple of it")
+        try:
+            check_command(spec.command_for(t.name), (shlex.split(python) or [None])[0])
+        except ValueError as exc:
+            raise ConfigError(key, f"torchrun {exc}") from None
+    if not wrapped:
+        return
+    if spec.distributed_mode != "GANG":
+        raise ConfigError("tony.application.distributed-mode", f"tony.{wrapped[0].name}.nproc-per-node="
+                          f"{wrapped[0].nproc_per_node} needs GANG: every task joins one torchrun rendezvous")
+    # Every trainer type the same count: torch would accept different counts per task, but a
+    # trainer left at 1 would not run under torchrun at all (it could not join the rendezvous),
+    # and one count keeps LOCAL_WORLD_SIZE the same everywhere and WORLD_SIZE = tasks × count.
+    trainers = [t for t in spec.types if t.name in TRAINER_TYPES]
+    for t in trainers:
+        if t.nproc_per_node != wrapped[0].nproc_per_node:
+            raise ConfigError(f"tony.{t.name}.nproc-per-node", f"is {t.nproc_per_node}, but tony.{wrapped[0].name}."
+                              f"nproc-per-node is {wrapped[0].nproc_per_node}: every trainer type "
+                              f"({', '.join(t.name for t in trainers)}) runs under torchrun with the same count")

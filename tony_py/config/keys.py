@@ -50,7 +50,7 @@ SUPPORTED_PATTERNS = (
 
 # tony.<type>.<suffix> keys read for every job type.
 PER_TYPE = frozenset("instances memory vcores gpus node-label command resources max-instances placement-spec "
-                     "allocation-tags min-instances".split())
+                     "allocation-tags min-instances nproc-per-node".split())
 
 # TonY keys with no effect in TonY-py, and why.
 _NOT_NEEDED = "TonY-py's executors and AM are not JVMs"

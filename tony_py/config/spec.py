@@ -27,6 +27,7 @@ HOROVOD_DRIVER_TYPE = "driver"
 TYPE_ORDER = ("chief", "master", "worker", "evaluator", "ps")
 TYPE_NAME = re.compile(r"^[a-z]+$")
 MAX_INSTANCES = 100_000  # per job type; far beyond any cluster, small enough to plan for
+MAX_NPROC_PER_NODE = 1024  # processes torchrun starts in one task: more than any node has cores
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,13 @@ class TaskType(Checked):
     allocation_tags: tuple[str, ...] = ()
     docker_image: str | None = None
     min_instances: int | None = None  # None: instances (no shrinking); else the gang may go on with this many
+    nproc_per_node: int = 1  # > 1: each task runs its command under torchrun with this many processes
 
     def validate(self) -> None:
         if not TYPE_NAME.match(self.name) or not 1 <= self.instances <= MAX_INSTANCES:
             raise ModelError(f"bad job type {self.name!r} with {self.instances} instances")
+        if not 1 <= self.nproc_per_node <= MAX_NPROC_PER_NODE:
+            raise ModelError(f"job type {self.name!r}: {self.nproc_per_node} processes per task")
         if self.min_instances is not None and not 1 <= self.min_instances <= self.instances:
             raise ModelError(f"job type {self.name!r}: min_instances {self.min_instances} not in 1..{self.instances}")
 

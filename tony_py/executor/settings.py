@@ -33,6 +33,8 @@ class Settings:
     gpu_metrics: bool = True
     gpu_assignment: str = "auto"
     lease_s: float = 10.0  # tony.task.executor.lease-sec (lease.py)
+    framework: str = ""  # tony.application.framework (frameworks.launch)
+    max_restarts: int = 0  # tony.am.retry-count
 
     @classmethod
     def load(cls, env: dict, spec: JobSpec, secret: str) -> "Settings":
@@ -61,6 +63,8 @@ class Settings:
             gpu_metrics=spec.gpu_metrics,
             gpu_assignment=spec.gpu_assignment,
             lease_s=float(spec.lease_s),
+            framework=spec.framework,
+            max_restarts=spec.am_retry_count,
         )
 
 

@@ -31,6 +31,7 @@ from tony_py.executor.settings import Instruction, Settings, check
 from tony_py.executor.tokens import TokenRefresher
 from tony_py.executor.taskenv import (describe_command, listening, progress_age, read_error_file, reserve_ports,
                                       user_env)
+from tony_py.frameworks import launch
 from tony_py.frameworks.envplan import expand
 
 log = logging.getLogger("tony.executor")
@@ -137,9 +138,11 @@ class Executor:
         self.sampler = MetricsSampler(gpu_metrics, env.get("CUDA_VISIBLE_DEVICES"),
                                       find_nvidia_smi(self.base_env) if gpu_metrics else None)
         self.channel.lease.publish(Path(env["TONY_LEASE_FILE"]))
-        self.child = UserProcess(self.s.command, env, str(self.cwd), out, err)
+        command, env = launch(self.s.framework, self.s.command, env, self.s.max_restarts, str(self.cwd))
+        self.child = UserProcess(command, env, str(self.cwd), out, err)
         # Not the whole command: task_params may carry credentials, and this log is aggregated.
-        log.info("started pid %d: %s", self.child.pid, describe_command(self.s.command) or "(command not shown)")
+        log.info("started pid %d: %s%s", self.child.pid, describe_command(self.s.command) or "(command not shown)",
+                 " under torchrun" if command != self.s.command else "")
         try:
             check(self.channel.post("/v1/started", self._body(attempt, pid=self.child.pid)))
             code, timed_out, fenced = self._supervise(attempt, env.get("TONY_PREEMPTION_DEADLINE_FILE"))

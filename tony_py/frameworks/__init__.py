@@ -5,7 +5,8 @@ that registered for the current attempt. Each framework module exposes
 `plan(spec, cluster, callbacks) -> EnvPlan` (envplan.py): what depends on the whole cluster is
 computed once per view, and `plan.env(task)` is then cheap for each task (a 2,000-task gang is
 served in one pass, not 2,000 passes over the cluster). The AM builds the plan when it serves
-the spec.
+the spec. The executor then asks `launch` what the task's process runs (PyTorch may wrap the
+command in torchrun).
 """
 
 from __future__ import annotations
@@ -40,6 +41,15 @@ def task_env(spec: JobSpec, cluster: ClusterView, task: TaskId, callbacks: Callb
     """One task's environment as the task sees it (shared values expanded)."""
     p = plan(spec, cluster, callbacks)
     return expand(p.env(task), p.shared)
+
+
+def launch(framework: str, command: str, env: dict[str, str], max_restarts: int,
+           workdir: str) -> tuple[str, dict[str, str]]:
+    """The command and env a task's process starts with (in workdir), from its own: the
+    executor's last step."""
+    if framework == "pytorch":
+        return pytorch.launch(command, env, max_restarts, workdir)
+    return command, env
 
 
 def ready(spec: JobSpec, task: TaskId, callbacks: Callbacks) -> bool:
