@@ -12,7 +12,8 @@ ends; the first job restarts from tony.application.max-infrastructure-restarts a
   steps_lost            steps the preempted task took that its next run took again
   user_retries_spent    tony.am.retry-count restarts spent (must be 0)
   infra_restarts        restarts from the infrastructure's budget
-  resume_after_capacity_s  the urgent job's end until the preempted task stepped again
+  out_of_training_s     the preempted task's last step until its first after the restart (it
+                        waits for the urgent job's submit-to-exit, urgent_job_s, to give the room back)
 
 Usage: bench/preemption.py [--runs N] [--workdir DIR]   (starts its own process cluster, leaves it up)
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -59,6 +61,7 @@ def one_run(env, tmp: Path, name: str, warned: bool, ckpt_every: int) -> dict:
                  "--task_params", params, "--conf", "tony.worker.instances=2",
                  "--conf", f"tony.worker.memory={FILL_MB}m", "--conf", "tony.am.memory=512m")
     wait(lambda: all(len(steps(out, t)) > 3 * ckpt_every // 2 for t in ("worker:0", "worker:1")), 180)
+    urgent_started = time.time()
     urgent = subprocess.run([sys.executable, "-m", "tony_py.submit", "--quiet", "--src_dir", str(JOBS),
                              "--executes", "probe.py", "--python_binary_path", sys.executable,
                              "--task_params", f"--out {tmp / (name + '-urgent')} --sleep *:3",
@@ -74,10 +77,12 @@ def one_run(env, tmp: Path, name: str, warned: bool, ckpt_every: int) -> dict:
     text, _ = low.communicate(timeout=180)
     if low.returncode != 0:
         raise RuntimeError(f"the preempted job failed: {text[-3000:]}")
-    app_id = next(w for w in text.split() if w.startswith("application_"))
-    hist = json.loads(subprocess.run([sys.executable, "-m", "tony_py.cli", "history", "show", app_id, "--events",
-                                      "--json"], cwd=ROOT, env=env, capture_output=True, text=True,
-                                     timeout=120).stdout)
+    app_id = re.search(r"application_\d+_\d+", text).group(0)
+    shown = subprocess.run([sys.executable, "-m", "tony_py.cli", "history", "show", app_id, "--events", "--json"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    if shown.returncode != 0:
+        raise RuntimeError(f"tony history show {app_id}: {shown.stderr[-2000:]}")
+    hist = json.loads(shown.stdout)
     warning = next(e for e in hist["events"] if e["kind"] == "PREEMPTION")
     victim = warning["task"]
     records = steps(out, victim)
@@ -88,7 +93,9 @@ def one_run(env, tmp: Path, name: str, warned: bool, ckpt_every: int) -> dict:
             "warned_before_kill_s": round(warning["deadline"] - sigterm["t"], 2) if sigterm else None,
             "steps_lost": last - start, "user_retries_spent": hist["restarts_used"],
             "infra_restarts": hist["infra_restarts_used"],
-            "resume_after_capacity_s": round(min(r["t"] for r in resumed(victim)) - urgent_done, 2)}
+            "out_of_training_s": round(min(r["t"] for r in resumed(victim))
+                                       - max(r["t"] for r in records if r["attempt"] == 0 and "step" in r), 2),
+            "urgent_job_s": round(urgent_done - urgent_started, 2)}
 
 
 def main() -> int:
@@ -106,7 +113,7 @@ def main() -> int:
             for kind in runs:
                 runs[kind].append(one_run(env, Path(tmp), f"{kind}-{i}", kind == "warned", opts.ckpt_every))
     summary = {kind: {key: statistics.median(r[key] for r in rs) for key in
-                      ("steps_lost", "user_retries_spent", "infra_restarts", "resume_after_capacity_s")}
+                      ("steps_lost", "user_retries_spent", "infra_restarts", "out_of_training_s", "urgent_job_s")}
                for kind, rs in runs.items()}
     summary["warned"]["warned_before_kill_s"] = statistics.median(r["warned_before_kill_s"] for r in runs["warned"])
     print(json.dumps({"benchmark": "preemption", "cpu_count": os.cpu_count(), "runs": opts.runs,

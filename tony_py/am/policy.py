@@ -191,10 +191,12 @@ def completion(spec: JobSpec, tasks: dict[str, Task]) -> Decision:
     if failed and len(failed) == len(tracked):
         first = min((t.failure for t in failed), key=lambda f: f.time)
         return Decision(Action.FAIL, f"every tracked task failed; first: {first.headline()}", first)
+    parked = [t.name for t in tracked if t.state == TaskState.PARKED]
+    smaller = f" (the gang finished without {', '.join(parked)}: tony.<type>.min-instances)" if parked else ""
     if failed:
         names = ", ".join(t.name for t in failed)
-        return Decision(Action.SUCCEED, f"all tracked tasks finished; some worker tasks failed: {names}")
-    return Decision(Action.SUCCEED, "all tracked tasks succeeded")
+        return Decision(Action.SUCCEED, f"all tracked tasks finished; some worker tasks failed: {names}{smaller}")
+    return Decision(Action.SUCCEED, f"all tracked tasks succeeded{smaller}")
 
 
 # ---- restarts and nodes -------------------------------------------------------------------------
