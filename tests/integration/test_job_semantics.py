@@ -98,9 +98,10 @@ def test_pytorch_environment(tony, probe_args, tmp_path, cluster):
         assert r["WORLD_SIZE"] == r["WORLD"] == "2"
         assert r["LOCAL_RANK"] == "0"
         assert r["TF_CONFIG"] is None and r["CLUSTER_SPEC"] is None
-        # not under torchrun: what it would give an elastic script (the gang attempt, tony.am.retry-count, the job)
+        # not under torchrun: what it would give an elastic script (the gang attempt, the most
+        # gang restarts: tony.am.retry-count 0 + tony.application.max-infrastructure-restarts 10, the job)
         env = r["all_env"]
-        assert (env["TORCHELASTIC_RESTART_COUNT"], env["TORCHELASTIC_MAX_RESTARTS"]) == ("0", "0")
+        assert (env["TORCHELASTIC_RESTART_COUNT"], env["TORCHELASTIC_MAX_RESTARTS"]) == ("0", "10")
         assert env["TORCHELASTIC_RUN_ID"] == run.app_id
     assert (w0["RANK"], w1["RANK"]) == ("0", "1")
 

@@ -64,7 +64,8 @@ def test_a_preempted_task_is_warned_checkpoints_and_resumes_without_spending_a_r
     sigterms = [r for r in records if "sigterm" in r and r["attempt"] == 0]
     assert len(sigterms) == 1, records[-5:]
     warned = sigterms[0]
-    assert warned["checkpointed"] and warned["deadline"] == deadline and warned["t"] < deadline
+    # the deadline the task read is its node's clock's (the AM sends what is left): the same moment
+    assert warned["checkpointed"] and abs(warned["deadline"] - deadline) < 1.0 and warned["t"] < deadline
     last_step = max(r["step"] for r in records if r["attempt"] == 0 and "step" in r)
     assert warned["sigterm"] == last_step  # nothing it did was lost
     resumed = [r for r in records if r["attempt"] == 1 and "resumed_from" in r]

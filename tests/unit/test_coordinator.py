@@ -588,11 +588,12 @@ def test_a_preemption_warns_the_task_and_restarts_without_spending_a_user_retry(
     warnings = [e for e in h.c.events.recent if e["kind"] == "PREEMPTION"]
     assert len(warnings) == 1 and warnings[0]["deadline"] == h.clock.now + 5 and warnings[0]["task"] == "worker:1"
     beat = h.c.heartbeat("worker:1", 0, h.containers["worker:1"], None)
-    assert beat == {"action": "continue", "preempt": {"deadline": h.clock.now + 5}}
+    assert beat == {"action": "continue", "preempt": {"deadline": h.clock.now + 5, "left_s": 5.0}}
     assert h.c.heartbeat("worker:0", 0, h.containers["worker:0"], None) == {"action": "continue"}
     h.clock.now += 1.5
-    # the task checkpointed on SIGTERM and exited 0: that is not success, it is the preemption
-    answer = h.result("worker:1", 0)
+    # the task checkpointed on SIGTERM and exited 0 (its executor says it sent the SIGTERM): that
+    # is not success, it is the preemption
+    answer = h.c.report_result("worker:1", 0, h.containers["worker:1"], 0, None, preempted=True)
     assert answer["action"] == "exit"
     failure = h.c.failures[-1]
     assert failure.kind.value == "preempted" and "5 s warning" in failure.message
@@ -632,27 +633,28 @@ def test_a_task_yarn_cannot_replace_is_parked_and_the_rest_go_on_renumbered_then
     h = Harness(tmp_path, "tony.worker.instances=3", "tony.worker.min-instances=2",
                 "tony.container.allocation.timeout=5000", "tony.application.framework=pytorch")
     h.bring_up()
-    h.complete("worker:0", -100)  # its node is lost: an infrastructure restart; the others stay in place
+    h.complete("worker:1", -100)  # its node is lost: an infrastructure restart; the others stay in place
     assert h.c.attempt == 1 and h.c.infra_restarts_used == 1
-    for name in ("worker:1", "worker:2"):
+    for name in ("worker:0", "worker:2"):
         assert h.c.register(name, 1, h.containers[name], 3000, None)["ok"]
         h.c.polling(name, +1)  # parked in the spec long-poll: alive
     h.clock.now += 6  # YARN grants nothing for worker:0 within the allocation timeout
     h.c.tick()
-    assert h.c.decision is None and h.c.tasks["worker:0"].state == TaskState.PARKED
+    assert h.c.decision is None and h.c.tasks["worker:1"].state == TaskState.PARKED
     resize = [e for e in h.c.events.recent if e["kind"] == "RESIZE"]
     assert len(resize) == 1 and "worker 3 -> 2 (min 2)" in resize[0]["message"]
-    # worker:0's copy on the lost node may still run (as rank 0): the smaller gang, where
-    # worker:1 becomes rank 0, waits for that copy's lease to run out (fencing)
-    assert h.c.wait_spec("worker:1", 1, h.containers["worker:1"], 0) is None
+    # worker:1's copy on the lost node may still run (as rank 1): the smaller gang, where
+    # worker:2 becomes rank 1, waits for that copy's lease to run out (fencing)
+    assert h.c.wait_spec("worker:2", 1, h.containers["worker:2"], 0) is None
     h.clock.now += h.spec.lease_s + 2
     h.c.tick()
-    envs = {name: served_env(h.c.wait_spec(name, 1, h.containers[name], 0)) for name in ("worker:1", "worker:2")}
-    assert [(envs[n]["RANK"], envs[n]["WORLD_SIZE"], envs[n]["TASK_INDEX"]) for n in ("worker:1", "worker:2")] == [
-        ("0", "2", "0"), ("1", "2", "1")]
-    assert h.c.state.value == "RUNNING" and h.c.status()["tasks"][0]["state"] == "PARKED"
+    envs = {name: served_env(h.c.wait_spec(name, 1, h.containers[name], 0)) for name in ("worker:0", "worker:2")}
+    assert [(envs[n]["RANK"], envs[n]["WORLD_SIZE"], envs[n].get("TASK_INDEX")) for n in ("worker:0", "worker:2")] == [
+        ("0", "2", None), ("1", "2", "1")]
+    assert envs["worker:2"]["TASK_NUM"] == "2"
+    assert h.c.state.value == "RUNNING" and h.c.status()["tasks"][1]["state"] == "PARKED"
     # the smaller gang finishing is the job succeeding
-    for name, pid in (("worker:1", 101), ("worker:2", 102)):
+    for name, pid in (("worker:0", 101), ("worker:2", 102)):
         h.c.task_started(name, 1, h.containers[name], pid)
         h.result(name, 0, attempt=1)
     assert h.c.final_status == "SUCCEEDED"
@@ -697,3 +699,38 @@ def test_min_instances_is_checked(tmp_path):
         with pytest.raises(ConfigError) as err:
             spec(*conf)
         assert "tony.worker.min-instances" in str(err.value) and words in str(err.value)
+
+
+def test_a_peer_that_dies_while_another_task_is_preempted_spends_no_user_retry(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2")  # no user retries at all
+    h.bring_up()
+    h.c.on_preemption([h.containers["worker:1"]], 5000)
+    h.clock.now += 1
+    h.result("worker:0", None, "SIGABRT")  # its collective broke when worker:1 began to checkpoint
+    failure = h.c.failures[-1]
+    assert failure.during_preemption_of == "worker:1" and "while worker:1 was being preempted" in failure.message
+    assert h.c.decision is None and h.c.restarts_used == 0 and h.c.infra_restarts_used == 1
+    # worker:1 is not kept for the restart: YARN is taking its container
+    assert not h.c.tasks["worker:1"].kept and h.containers["worker:1"] in h.port.stopped
+    h.c.on_preemption([h.containers["worker:1"]], 5000)  # the message again: not a second warning
+    assert h.c.preemptions == 1
+
+
+def test_a_process_that_ended_before_the_warning_reached_it_succeeded(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=1")
+    h.bring_up()
+    h.c.on_preemption([h.containers["worker:0"]], 5000)
+    h.result("worker:0", 0)  # its executor never sent the SIGTERM: the process was done
+    assert h.c.final_status == "SUCCEEDED"
+
+
+def test_the_chief_is_never_parked(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.worker.min-instances=1",
+                "tony.container.allocation.timeout=5000")
+    h.bring_up()
+    h.complete("worker:0", -100)
+    h.c.register("worker:1", 1, h.containers["worker:1"], 3000, None)
+    h.c.polling("worker:1", +1)
+    h.clock.now += 6
+    h.c.tick()
+    assert h.c.final_status == "FAILED" and "allocation timed out" in h.c.decision.message

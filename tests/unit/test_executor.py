@@ -177,6 +177,8 @@ def test_settings_carry_what_frameworks_launch_needs(tmp_path):
     from tony_py.config.layers import load_conf
 
     spec = build_job_spec(load_conf(None, ["tony.containers.command=python t.py", "tony.application.framework=pytorch",
-                                           "tony.worker.instances=1", "tony.am.retry-count=4"], env={}, cwd=tmp_path))
+                                           "tony.worker.instances=1", "tony.am.retry-count=4",
+                                           "tony.application.max-infrastructure-restarts=3"], env={}, cwd=tmp_path))
     settings = Settings.load({"TONY_TASK": "worker:0", "TONY_AM_URL": "http://am:1"}, spec, "s" * 64)
-    assert (settings.framework, settings.max_restarts) == ("pytorch", 4)
+    # every gang restart counts in TORCHELASTIC_RESTART_COUNT: both budgets bound it
+    assert (settings.framework, settings.max_restarts) == ("pytorch", 7)

@@ -185,8 +185,10 @@ class Coordinator(Job):
                 task.state = TaskState.STOPPED
                 task.finished_at = self.clock()
             else:
-                self.recovery.fail(task, policy.container_failure_kind(exit_status),
-                                   _container_end(exit_status, diagnostics), container=container,
+                kind = policy.container_failure_kind(exit_status)
+                if kind == FailureKind.PREEMPTED and container_id not in self.warned_containers:
+                    self.preemptions += 1  # taken back without a warning (a warned one was counted then)
+                self.recovery.fail(task, kind, _container_end(exit_status, diagnostics), container=container,
                                    exit_code=exit_status)
             self.changed()
             self.recovery.maybe_done()
@@ -200,8 +202,10 @@ class Coordinator(Job):
             now = self.clock()
             for container_id in container_ids:
                 task = self.task_for_container(container_id)
-                if task is None or task.state.finished or task.preempt_deadline is not None:
+                if task is None or task.state.finished or container_id in self.warned_containers:
                     continue
+                self.warned_containers.add(container_id)
+                self.preemptions += 1
                 task.preempted_at, task.preempt_deadline = now, now + wait_ms / 1000
                 self.dirty = True
                 self.events.record(ev.PREEMPTION, f"YARN will take container {container_id} back within "
@@ -315,10 +319,11 @@ class Coordinator(Job):
 
     def report_result(self, name: str, attempt: int, container_id: str, exit_code: int | None, signal: str | None,
                       stderr_tail: str = "", error: dict | None = None, timed_out: bool = False,
-                      ended_ago_s: float | None = None, metrics: dict | None = None, fenced: bool = False) -> dict:
+                      ended_ago_s: float | None = None, metrics: dict | None = None, fenced: bool = False,
+                      preempted: bool = False) -> dict:
         with self.lock:
             return self.protocol.report_result(name, attempt, container_id, exit_code, signal, stderr_tail, error,
-                                               timed_out, ended_ago_s, metrics, fenced)
+                                               timed_out, ended_ago_s, metrics, fenced, preempted)
 
     # ---- AM fail-over (adoption.py) --------------------------------------------------------------
     def snapshot(self) -> AmSnapshot:

@@ -85,6 +85,11 @@ def container_failure_kind(exit_status: int) -> FailureKind:
     return FailureKind.LOST
 
 
+def is_infrastructure(failure: Failure) -> bool:
+    """The cluster's doing: restarted from tony.application.max-infrastructure-restarts."""
+    return failure.kind in INFRASTRUCTURE_KINDS or failure.during_preemption_of is not None
+
+
 def is_retryable(spec: JobSpec, failure: Failure) -> bool:
     if failure.kind == FailureKind.SIGNAL:
         return spec.retry_on_signal
@@ -105,8 +110,9 @@ def after_failure(spec: JobSpec, tasks: dict[str, Task], task: Task, restarts_us
     chief = tasks.get(str(spec.chief()))
     chief_done = chief is not None and chief.state == TaskState.SUCCEEDED
     # Once the chief has succeeded the model is done: rerunning the gang would redo it.
-    retry = is_retryable(spec, failure) and not chief_done
-    if retry and failure.kind in INFRASTRUCTURE_KINDS:
+    retry = (is_retryable(spec, failure) or (failure.during_preemption_of is not None and spec.retry_on_infrastructure)) \
+        and not chief_done
+    if retry and is_infrastructure(failure):
         if infra_restarts_used < spec.max_infrastructure_restarts:
             return Decision(
                 Action.RESTART,
@@ -183,15 +189,16 @@ def describe_dependency_timeout(spec: JobSpec, dependency: DependencyTimeout) ->
 
 
 def completion(spec: JobSpec, tasks: dict[str, Task]) -> Decision:
-    """Once every tracked task has finished: success unless all of them failed."""
-    tracked = [t for t in tasks.values() if t.tracked]
+    """Once every tracked task has finished: success unless all of them failed (tasks a smaller
+    gang went on without, PARKED, are not counted either way)."""
+    parked = [t.name for t in tasks.values() if t.tracked and t.state == TaskState.PARKED]
+    tracked = [t for t in tasks.values() if t.tracked and t.state != TaskState.PARKED]
     if not tracked or not all(t.state.finished for t in tracked):
         return CONTINUE
     failed = [t for t in tracked if t.failure is not None]
     if failed and len(failed) == len(tracked):
         first = min((t.failure for t in failed), key=lambda f: f.time)
         return Decision(Action.FAIL, f"every tracked task failed; first: {first.headline()}", first)
-    parked = [t.name for t in tracked if t.state == TaskState.PARKED]
     smaller = f" (the gang finished without {', '.join(parked)}: tony.<type>.min-instances)" if parked else ""
     if failed:
         names = ", ".join(t.name for t in failed)
@@ -213,6 +220,7 @@ def keep_on_restart(spec: JobSpec, task: Task, now: float) -> bool:
                               and now - task.last_contact <= 2 * spec.heartbeat_interval_ms / 1000)
     return (
         task.container is not None
+        and task.preempt_deadline is None  # YARN takes its container: a replacement goes elsewhere
         and task.container_started
         and not task.released
         and bool(recent)

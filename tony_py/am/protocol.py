@@ -155,7 +155,7 @@ class ExecutorProtocol:
         task.served = True  # from now on this copy may run the task's process
         job.events.record(ev.SPEC_SERVED, "cluster spec served", task.name, attempt=task.attempt)
         plan = self._env_plan(view)
-        return SpecAnswer(self._task_env(task, plan, job.dense_id(task)), plan)
+        return SpecAnswer(self._task_env(task, plan, job.dense_id(task), job.tasks.values()), plan)
 
     def polling(self, name: str, delta: int) -> None:
         """A long-poll of the task's executor started (+1) or ended (-1): alive, not heartbeating."""
@@ -176,10 +176,11 @@ class ExecutorProtocol:
         return plan
 
     @staticmethod
-    def _task_env(task: Task, plan: EnvPlan, dense: TaskId) -> dict[str, str]:
+    def _task_env(task: Task, plan: EnvPlan, dense: TaskId, plan_tasks=()) -> dict[str, str]:
         env = plan.env(dense)  # a smaller gang numbers its members 0..n-1 (state.Job.dense_id)
-        if dense != task.id:
-            env["TASK_INDEX"] = str(dense.index)  # TonY's, set at launch for the full size
+        if dense != task.id:  # TonY's, set at launch for the full size
+            env["TASK_INDEX"] = str(dense.index)
+            env["TASK_NUM"] = str(len([t for t in plan_tasks if t.tracked and t.state != TaskState.PARKED]))
         env["TONY_RESTART_ATTEMPT"] = str(task.attempt)
         # TonY's counters, with TonY's meaning (TonY itself left both at 0: a bug): the session
         # a task belongs to, which user code reads to resume.
@@ -240,13 +241,17 @@ class ExecutorProtocol:
             # An age, not a timestamp: the node's clock need not agree with the AM's.
             task.last_progress = max(task.last_progress or 0.0, task.last_heartbeat - float(progress_age_s))
         if task.preempt_deadline is not None:  # repeated until the task ends: the executor acts once
-            return {"action": "continue", "preempt": {"deadline": task.preempt_deadline}}
+            return {"action": "continue", "preempt": {"deadline": task.preempt_deadline,
+                                                      "left_s": round(task.preempt_deadline - task.last_heartbeat, 3)}}
         return {"action": "continue"}
 
     # ---- the end of a run ----------------------------------------------------------------------
     def report_result(self, name: str, attempt: int, container_id: str, exit_code: int | None, signal: str | None,
                       stderr_tail: str = "", error: dict | None = None, timed_out: bool = False,
-                      ended_ago_s: float | None = None, metrics: dict | None = None, fenced: bool = False) -> dict:
+                      ended_ago_s: float | None = None, metrics: dict | None = None, fenced: bool = False,
+                      preempted: bool = False) -> dict:
+        """preempted: the executor sent the task a preemption's SIGTERM (its word survives an AM
+        fail-over, and a process that ended before the warning reached it is not preempted)."""
         job = self.job
         task, stale = self.lookup(name, attempt, container_id)
         if stale:
@@ -263,9 +268,11 @@ class ExecutorProtocol:
             self.recovery.fail(task, FailureKind.LOST, f"its executor heard nothing from the AM for "
                                f"tony.task.executor.lease-sec={job.spec.lease_s} s and killed it (fenced)",
                                signal=signal, stderr_tail=stderr_tail, when=task.finished_at)
-        elif exit_code == 0 and not signal and task.preempt_deadline is None:
+        elif exit_code == 0 and not signal and not preempted:
             self._succeeded(task)
         else:
+            if preempted and task.preempt_deadline is None:  # warned by an earlier AM attempt
+                task.preempt_deadline = task.preempted_at = job.clock()
             self._failed(task, exit_code, signal, stderr_tail, error, timed_out)
         job.changed()
         answer = self.instruction(task, attempt, container_id)

@@ -17,6 +17,8 @@ from tony_py.job.records import Container, Failure, FailureKind, TaskState
 
 # How a task's end reads once YARN warned it would take the container back (timeouts keep theirs).
 _ENDS_OF_A_WARNED_TASK = (FailureKind.EXIT_CODE, FailureKind.SIGNAL, FailureKind.LOST, FailureKind.INFRASTRUCTURE)
+# How long after a preemption's deadline a peer's end still counts as its consequence.
+PREEMPTION_AFTERMATH_S = 10.0
 # How long FINISHING waits for stopped containers to report before giving up on them.
 FINISH_GRACE_S = 15.0
 # How long a node whose executor went silent gets no new container of the job (avoid_node).
@@ -56,8 +58,15 @@ class Recovery:
             lead = task.preempt_deadline - (task.preempted_at or job.clock())
             message = f"preempted: YARN took its container back ({lead:.0f} s warning, SIGTERM sent); it ended: {message}"
             kind = FailureKind.PREEMPTED
-        if kind == FailureKind.PREEMPTED:
-            job.preemptions += 1
+        elif kind in _ENDS_OF_A_WARNED_TASK and "during_preemption_of" not in details:
+            # A peer that ends while another task of the gang is being preempted (a collective
+            # broken by the preempted one's exit) ends because of it: the cluster's doing too.
+            warned = next((t.name for t in job.tasks.values() if t is not task and t.attempt == task.attempt
+                           and t.preempt_deadline is not None
+                           and job.clock() <= t.preempt_deadline + PREEMPTION_AFTERMATH_S), None)
+            if warned is not None:
+                details["during_preemption_of"] = warned
+                message += f" (while {warned} was being preempted)"
         failure = Failure(
             task=task.name, attempt=task.attempt, kind=kind, message=message,
             time=details.pop("when", None) or job.clock(),
@@ -179,6 +188,8 @@ class Recovery:
             missing.setdefault(task.id.type, []).append(task)
         if not missing or job.spec.distributed_mode != "GANG":
             return False
+        if any(t.id == job.spec.chief() for t in pending):
+            return False  # TonY's rules end the job with its chief: a gang never goes on without it
         sizes = {}
         for name, tasks in missing.items():
             task_type = job.spec.type(name)
@@ -218,7 +229,7 @@ class Recovery:
 
     def restart(self, decision: Decision) -> None:
         job = self.job
-        if decision.failure is not None and decision.failure.kind in policy.INFRASTRUCTURE_KINDS:
+        if decision.failure is not None and policy.is_infrastructure(decision.failure):
             job.infra_restarts_used += 1  # the cluster's doing: the user's retries stay untouched
             budget = (f"infrastructure restart {job.infra_restarts_used} of "
                       f"{job.spec.max_infrastructure_restarts}")
@@ -285,6 +296,6 @@ class Recovery:
             job.enter(JobState.DONE)
 
     def update_progress(self) -> None:
-        tracked = [t for t in self.job.tasks.values() if t.tracked]
+        tracked = [t for t in self.job.tasks.values() if t.tracked and t.state != TaskState.PARKED]
         done = sum(1 for t in tracked if t.state.finished)
         self.port.set_progress(done / len(tracked) if tracked else 1.0)

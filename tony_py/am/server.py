@@ -313,6 +313,7 @@ class AmHttpServer:
                 ended_ago_s=seconds_field(body, "ended_ago_s", 0.0, 3600.0, optional=True),
                 metrics=metrics_field(body),
                 fenced=body.get("fenced") is True,
+                preempted=body.get("preempted") is True,
             )
         return None
 

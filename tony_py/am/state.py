@@ -79,6 +79,7 @@ class Job:
         self.restarts_used = 0
         self.infra_restarts_used = 0  # restarts after the cluster's doing (policy.INFRASTRUCTURE_KINDS)
         self.preemptions = 0  # containers YARN took back (warned or not)
+        self.warned_containers: set[str] = set()  # each warned once (the message repeats), counted once
         self.failures = []
         self.decision: Decision | None = None
         self.final_status: str | None = None

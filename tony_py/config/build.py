@@ -295,6 +295,15 @@ def _check_framework(spec: JobSpec) -> None:
         raise ConfigError(f"tony.{shrinking[0].name}.min-instances",
                           f"a {spec.framework} job cannot shrink (its tasks' environment is not only a function of "
                           f"who runs); min-instances works with {', '.join(ELASTIC_FRAMEWORKS)}")
+    for t in shrinking:
+        if spec.stages and spec.stage_of(t.name) < spec.last_stage:
+            raise ConfigError(f"tony.{t.name}.min-instances", "only for types of the training stage: the "
+                              "prepare stage must finish whole before the training stage starts")
+        if t.name in spec.sidecar:
+            raise ConfigError(f"tony.{t.name}.min-instances", "not for a sidecar type")
+    if shrinking and spec.allocation_timeout_ms < 0:
+        raise ConfigError(f"tony.{shrinking[0].name}.min-instances",
+                          "needs tony.container.allocation.timeout >= 0: a gang shrinks when that timeout runs out")
     if shrinking and spec.distributed_mode != "GANG":
         raise ConfigError(f"tony.{shrinking[0].name}.min-instances",
                           "needs tony.application.distributed-mode=GANG: a resize regenerates every task's ranks")

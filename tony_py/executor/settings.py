@@ -34,7 +34,7 @@ class Settings:
     gpu_assignment: str = "auto"
     lease_s: float = 10.0  # tony.task.executor.lease-sec (lease.py)
     framework: str = ""  # tony.application.framework (frameworks.launch)
-    max_restarts: int = 0  # tony.am.retry-count
+    max_restarts: int = 0  # gang restarts the job may take: tony.am.retry-count + max-infrastructure-restarts
 
     @classmethod
     def load(cls, env: dict, spec: JobSpec, secret: str) -> "Settings":
@@ -64,7 +64,7 @@ class Settings:
             gpu_assignment=spec.gpu_assignment,
             lease_s=float(spec.lease_s),
             framework=spec.framework,
-            max_restarts=spec.am_retry_count,
+            max_restarts=spec.am_retry_count + spec.max_infrastructure_restarts,
         )
 
 

@@ -57,6 +57,7 @@ class Executor:
         self.sampler = MetricsSampler(False)
         self.metrics: dict = {}  # a sample waiting for the next heartbeat
         self.terminated = threading.Event()
+        self.preempt_deadline: float | None = None  # a preemption's SIGTERM went to this attempt's task
         self.tokens = TokenRefresher(settings.secret, settings.container_id or settings.task,
                                      os.environ.get(TOKEN_FILE_ENV))
 
@@ -129,6 +130,7 @@ class Executor:
 
     def run_attempt(self, attempt: int) -> None:
         env, tb_port = self._register(attempt)
+        self.preempt_deadline = None
         out = self.s.log_dir / f"attempt-{attempt}.stdout"
         err = self.s.log_dir / f"attempt-{attempt}.stderr"
         self.progress_file = env["TONY_PROGRESS_FILE"]
@@ -150,12 +152,15 @@ class Executor:
             self.channel.lease.withdraw()
         ended_at = time.time()
         exit_code, sig = describe_returncode(code)
-        # Background processes the command left behind go with it (as at the end of a container).
-        self.child.kill_group(grace_s=2.0)
+        # Background processes the command left behind go with it (as at the end of a container);
+        # after a preemption's SIGTERM they may still be writing the checkpoint: until the kill.
+        preempted = self.preempt_deadline is not None
+        self.child.kill_group(grace_s=max(2.0, self.preempt_deadline - time.time()) if preempted else 2.0)
         log.info("user process ended: %s%s", f"signal {sig}" if sig else f"exit code {exit_code}",
                  " (fenced: the lease ran out)" if fenced else "")
         self._report(attempt, self._body(
             attempt, exit_code=exit_code, signal=sig, timed_out=timed_out, fenced=fenced or None,
+            preempted=preempted or None,
             ended_ago_s=time.time() - ended_at, stderr_tail=tail(err), error=read_error_file(env["TONY_ERROR_FILE"]),
             metrics=self._metrics()))
 
@@ -188,7 +193,7 @@ class Executor:
             # decide the job, so report them without the rest.
             log.error("the AM refused the full result (%s); reporting the exit status alone", exc)
             answer = self.channel.post("/v1/result", {k: result[k] for k in result if k in (
-                "task", "attempt", "container", "exit_code", "signal", "timed_out", "fenced")})
+                "task", "attempt", "container", "exit_code", "signal", "timed_out", "fenced", "preempted")})
         check(answer)
 
     def _wait_for_spec(self, attempt: int) -> dict:
@@ -249,10 +254,11 @@ class Executor:
         """YARN will kill the container at the deadline: the task gets SIGTERM now (its process
         group, as TF's PreemptionCheckpointHandler, JAX's preemption sync and plain handlers
         expect) to checkpoint and exit; the deadline is in its file first."""
-        try:
-            deadline = float(warning.get("deadline"))
+        try:  # what is left, on this node's clock: the AM's clock need not agree with it
+            deadline = time.time() + float(warning.get("left_s"))
         except (TypeError, ValueError):
             deadline = None
+        self.preempt_deadline = deadline if deadline is not None else time.time()
         if deadline is not None and deadline_file:
             try:
                 tmp = f"{deadline_file}.tmp"

@@ -71,6 +71,7 @@ class Failure(Checked):
     signal: str | None = None
     stderr_tail: str = ""
     error: dict[str, Any] | None = None  # what the task wrote to its TONY_ERROR_FILE
+    during_preemption_of: str | None = None  # it ended while this task was being preempted (its consequence)
 
     def headline(self) -> str:
         where = f" on {self.host}" if self.host else ""
