@@ -216,7 +216,6 @@ class Executor:
         """Wait for the child while its heartbeats keep the lease; (returncode, timed_out, fenced).
         env_file: where a preemption's deadline is written for the task (TONY_PREEMPTION_DEADLINE_FILE)."""
         started = time.monotonic()
-        warned = False
         next_metrics = next_probe = 0.0
         beats = Heartbeats(self.channel, self.s.secret, self.s.container_id or self.s.task, self.s.heartbeat_s,
                            body=lambda: self._beat_body(attempt), fence=self.child.kill_now,
@@ -233,8 +232,7 @@ class Executor:
                     raise RequestRefused(400, f"a heartbeat: {beats.refused}")
                 if beats.instruction:
                     raise Instruction(beats.instruction)
-                if beats.preempt is not None and not warned:
-                    warned = True
+                if beats.preempt is not None and self.preempt_deadline is None:  # once per attempt
                     self._warn_of_preemption(beats.preempt, env_file)
                 if self.s.execution_timeout_s > 0 and now - started > self.s.execution_timeout_s:
                     log.error("execution timeout (%.0f s): killing the process group", self.s.execution_timeout_s)
