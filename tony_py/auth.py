@@ -88,6 +88,15 @@ class _Mac:
         return h.hexdigest()
 
 
+NOTEBOOK_TOKEN_PURPOSE = "jupyter-token"
+
+
+def derived_token(secret: str, purpose: str) -> str:
+    """A credential for one purpose (the notebook's Jupyter token), derived from the app secret
+    where it is needed instead of travelling: the client and the executor both hold the secret."""
+    return _Mac(secret)("derived", purpose)
+
+
 def _digest(body: bytes) -> str:
     return hashlib.sha256(body or b"").hexdigest()
 

@@ -9,6 +9,7 @@ USAGE = """usage: tony <command> [options]
 
 commands:
   submit     submit a training job to YARN (TonY's flags; see `tony submit --help`)
+  notebook   JupyterLab in a YARN container, relayed to this machine (`tony notebook --help`)
   history    jobs that ran: list them, show one (`tony history --help`)
   logs       print a task's log, running or finished (`tony logs --help`)
   portal     serve the job history as web pages (`tony portal --help`)
@@ -17,6 +18,7 @@ commands:
 
 COMMANDS = {
     "submit": "tony_py.client.submit",
+    "notebook": "tony_py.client.notebook",
     "history": "tony_py.client.history_cmd",
     "logs": "tony_py.client.logs_cmd",
     "portal": "tony_py.client.portal",
@@ -34,12 +36,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tony: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")
         return 2
     launch = None
-    if command == "submit":
+    submits = command in ("submit", "notebook")  # both start the client's JVM early and report their own errors
+    if submits:
         from tony_py.bridge.interrupts import guard
 
         guard.install()  # before the client's imports: see tony_py/bridge/interrupts.py
     try:
-        if command == "submit":
+        if submits:
             from tony_py.bridge.gateway import early_launch
 
             launch = early_launch(rest)  # the JVM starts while the client imports and checks
@@ -48,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         if launch is not None:
             launch.discard()
         return 130
-    if command == "submit":
+    if submits:
         return module.main(rest, launch=launch)  # it reports its own errors, with its own exit codes
     from tony_py.client.crash import report_unexpected
 

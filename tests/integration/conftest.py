@@ -31,8 +31,10 @@ def cluster(request) -> Cluster:
 
         yarn = read_xml(Path(external) / "yarn-site.xml")
         hdfs = read_xml(Path(external) / "hdfs-site.xml")
+        from tony_py.cluster.jars import ensure_hadoop_jars
+
         yield Cluster("external", Path(external), "http://" + yarn["yarn.resourcemanager.webapp.address"],
-                      "http://" + hdfs["dfs.namenode.http-address"])
+                      "http://" + hdfs["dfs.namenode.http-address"], Path(ensure_hadoop_jars()))
         return
     workdir = ROOT / ".test-cluster"
     os.environ["TONY_CLUSTER_GPUS"] = "standin"  # two known devices, GPU machine or not

@@ -19,7 +19,7 @@ LAYERS = [
     {"job", "frameworks", "web", "bridge"},  # the job's records; env per framework; page style; the JVM
     {"history", "executor", "cluster"},
     {"am"},
-    {"client", "sidecar"},
+    {"client", "sidecar", "jupyter"},  # the client; the programs TonY-py runs as tasks (TensorBoard, JupyterLab)
     {"api", "cli", "submit"},  # entry points
 ]
 

@@ -19,7 +19,7 @@ from tony_py.am.policy import Action, Decision
 from tony_py.am.recovery import Recovery
 from tony_py.am.state import Job, JobState
 from tony_py.am.tasks import Task
-from tony_py.config.spec import TaskId
+from tony_py.config.spec import NOTEBOOK_TYPE, TaskId
 from tony_py.frameworks.envplan import EnvPlan, SpecAnswer
 from tony_py.job.records import FailureKind, TaskState
 
@@ -189,6 +189,8 @@ class ExecutorProtocol:
             env["NUM_AM_RETRIES"] = str(task.attempt)
         if task.tb_port:
             env["TB_PORT"] = str(task.tb_port)
+        if task.id.type == NOTEBOOK_TYPE and task.address:  # the port its executor reserved for it
+            env["NOTEBOOK_PORT"] = task.address.rsplit(":", 1)[1]
         return env
 
     # ---- while the task runs -----------------------------------------------------------------

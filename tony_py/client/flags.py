@@ -48,6 +48,7 @@ class SubmitArgs:
     detach: bool = False
     quiet: bool = False
     local: bool = False
+    port: int | None = None  # `tony notebook` only: the local relay's port
 
 
 class Parser(argparse.ArgumentParser):
@@ -55,10 +56,12 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see --help)")
 
 
-def build_parser(prog: str = "tony submit") -> argparse.ArgumentParser:
+def build_parser(prog: str = "tony submit", notebook: bool = False) -> argparse.ArgumentParser:
     parser = Parser(
         prog=prog,
-        description="Submit a distributed training job to YARN (TonY-compatible flags).",
+        description=("Run JupyterLab (or the web server --executes starts) in a YARN container and relay it to "
+                     "this machine (TonY's NotebookSubmitter flags)." if notebook else
+                     "Submit a distributed training job to YARN (TonY-compatible flags)."),
         allow_abbrev=False,
         add_help=False,
     )
@@ -76,11 +79,14 @@ def build_parser(prog: str = "tony submit") -> argparse.ArgumentParser:
     parser.add_argument("--local", "-local", action="store_true",
                         help="run the whole job on this machine, without YARN, HDFS or a JVM (tasks as local "
                              "processes; the same config, env, restarts and exit codes)")
+    if notebook:
+        parser.add_argument("--port", "-port", type=int, help="the local port the notebook is relayed to, on "
+                                                              "127.0.0.1 (default: a free one)")
     return parser
 
 
-def parse_args(argv: list[str], prog: str = "tony submit") -> SubmitArgs:
-    ns = build_parser(prog).parse_args(argv)
+def parse_args(argv: list[str], prog: str = "tony submit", notebook: bool = False) -> SubmitArgs:
+    ns = build_parser(prog, notebook).parse_args(argv)
     for name, value in vars(ns).items():
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str):

@@ -13,6 +13,7 @@ import shlex
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 from urllib.parse import urlparse
 
 from tony_py import appsecret
@@ -43,7 +44,7 @@ class PreparedJob:
     hadoop_properties: dict[str, str] = field(default_factory=dict)  # --conf / -D keys outside tony.*
 
 
-def _python_for(args: SubmitArgs) -> str | None:
+def python_for(args: SubmitArgs) -> str | None:
     """TonY's rule: python_binary_path is relative to the unpacked venv, or absolute."""
     if not args.python_binary_path:
         return None
@@ -56,7 +57,7 @@ def _python_for(args: SubmitArgs) -> str | None:
 def compose_command(args: SubmitArgs) -> str | None:
     if not args.executes:
         return None
-    python = _python_for(args)
+    python = python_for(args)
     parts = [shlex.quote(python), args.executes] if python else [args.executes]
     if args.task_params:
         parts.append(args.task_params)
@@ -90,8 +91,9 @@ def fetch_conf_file(gw, args: SubmitArgs, workdir: Path) -> SubmitArgs:
     return dataclasses.replace(args, conf_file=str(local))
 
 
-def prepare(args: SubmitArgs) -> PreparedJob:
-    """Everything that can be checked without a cluster; raises UsageError on bad input."""
+def prepare(args: SubmitArgs, adjust: Callable[[TonyConf, SubmitArgs], None] | None = None) -> PreparedJob:
+    """Everything that can be checked without a cluster; raises UsageError on bad input.
+    `adjust` gives a front door its job's shape (`tony notebook`: tony_py/client/notebook.py)."""
     args = local_paths(args)
     if is_remote(args.conf_file):
         raise UsageError(f"--conf_file {args.conf_file}: a remote file must be fetched first (fetch_conf_file)")
@@ -118,10 +120,12 @@ def prepare(args: SubmitArgs) -> PreparedJob:
         for value in values:
             parse_env_list(value, flag, for_yarn=flag == "--container_env")
             conf.set(key, value, flag, append=True)
+    if adjust is not None:
+        adjust(conf, args)
     command = compose_command(args)
     if command:
         conf.set("tony.containers.command", command, "--executes")
-    python = _python_for(args)
+    python = python_for(args)
     task_python = python or conf.get("tony.executor.python") or "python3"
     spec = build_job_spec(conf, python=shlex.quote(task_python))
     check_local_inputs(args.src_dir, args.python_venv)

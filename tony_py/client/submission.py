@@ -31,6 +31,7 @@ from tony_py.client.staging import Resource, Stager, build_runtime_zip, sha256_f
 from tony_py.config import checks
 from tony_py.config.fit import check_fits
 from tony_py.config.spec import SPEC_FILE, TENSORBOARD_TYPE
+from tony_py.config.layers import TonyConf
 from tony_py.config.xmlconf import to_xml
 from tony_py.errors import ConfigError, UsageError
 from tony_py.history import layout as history_layout
@@ -41,7 +42,8 @@ KEYTAB_LINK = "tony.keytab"  # TokenRenewal.KEYTAB_FILE
 LIFETIME_GRACE_S = 60
 
 
-def open_gateway(args: SubmitArgs, workdir: Path, launch: JvmLaunch | None = None) -> tuple[ClientGateway, PreparedJob]:
+def open_gateway(args: SubmitArgs, workdir: Path, launch: JvmLaunch | None = None,
+                 adjust: Callable[[TonyConf, SubmitArgs], None] | None = None) -> tuple[ClientGateway, PreparedJob]:
     """Prepare the job and start the client's JVM for it (the caller closes it). The JVM starts
     in the background (from the entry point, early_launch, or here) while the job is checked:
     it needs nothing from the checks until the bridge is created with the job's Hadoop
@@ -52,7 +54,7 @@ def open_gateway(args: SubmitArgs, workdir: Path, launch: JvmLaunch | None = Non
         if is_remote(args.conf_file):
             early, launch = ClientGateway(properties=hadoop_overrides(args.conf), launch=launch,
                                           principal=args.principal, keytab=args.keytab), None
-        prepared = prepare(fetch_conf_file(early, args, workdir) if early else args)
+        prepared = prepare(fetch_conf_file(early, args, workdir) if early else args, adjust)
         timeline.mark("validated")
     except BaseException:
         with guard.cleanup():

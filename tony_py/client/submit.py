@@ -63,7 +63,7 @@ def token_lifetime_note(end_ms: int) -> str:
             "anything it starts or reads on HDFS after that fails (give --principal and --keytab for longer jobs)")
 
 
-def run(gw, prepared: PreparedJob, prog: str, out=sys.stdout) -> int:
+def run(gw, prepared: PreparedJob, prog: str, out=sys.stdout, door=None) -> int:
     def say(text: str) -> None:
         if not prepared.args.quiet:
             print(text, file=out, flush=True)
@@ -85,7 +85,9 @@ def run(gw, prepared: PreparedJob, prog: str, out=sys.stdout) -> int:
         print(job.app_id, file=out)
         return 0  # the AM deletes the staging dir when the job ends
     try:
-        code = Monitor(job, quiet=prepared.args.quiet, out=out, startup_timeout_ms=spec.startup_timeout_ms).follow()
+        monitor = (door.monitor(job, submission.secret, prepared, out) if door else
+                   Monitor(job, quiet=prepared.args.quiet, out=out, startup_timeout_ms=spec.startup_timeout_ms))
+        code = monitor.follow()
         with guard.cleanup():
             job.cleanup()  # the application has ended: remove what is left of its staging dir
             compact_history(gw, prepared, job)
@@ -125,25 +127,29 @@ def run_local(prepared: PreparedJob, prog: str, out=sys.stdout) -> int:
         job.close()
 
 
-def main(argv: list[str] | None = None, prog: str = "tony submit", launch: JvmLaunch | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "tony submit", launch: JvmLaunch | None = None,
+         door=None) -> int:
+    """`door`: another front door on the same flow (`tony notebook`, tony_py/client/notebook.py):
+    its own flags, job shape and monitor."""
     # Ctrl-C, a closed terminal or a `kill` end the client the same way: the application is
     # killed. Never in the middle of a JVM bridge call (tony_py/bridge/interrupts.py).
     guard.install()
     die_with_parent()
     timeline.mark("imports_done")
     try:
-        args = local_paths(parse_args(sys.argv[1:] if argv is None else argv, prog=prog))
+        argv = sys.argv[1:] if argv is None else argv
+        args = local_paths(door.parse(argv, prog) if door else parse_args(argv, prog=prog))
         if args.local:  # no cluster: no JVM either
             prepared = prepare(args)
             for warning in prepared.warnings:
                 print(f"{prog}: warning: {warning}", file=sys.stderr)
             return run_local(prepared, prog)
         with tempfile.TemporaryDirectory(prefix="tony-conf-") as tmp:
-            gw, prepared = open_gateway(args, Path(tmp), launch)
+            gw, prepared = open_gateway(args, Path(tmp), launch, door.adjust if door else None)
         with gw:
             for warning in prepared.warnings:
                 print(f"{prog}: warning: {warning}", file=sys.stderr)
-            return run(gw, prepared, prog)
+            return run(gw, prepared, prog, door=door)
     except TonyError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return exc.exit_code

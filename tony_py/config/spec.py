@@ -22,6 +22,7 @@ FINAL_CONF_FILE = "tony-final.xml"  # TonY's resolved configuration, beside it
 CHIEF_TYPE = "chief"
 SINGLE_NODE_TYPE = "driver"  # the one task of a single-node job, run in the AM's container (TonY's name)
 TENSORBOARD_TYPE = "tensorboard"
+NOTEBOOK_TYPE = "notebook"  # TonY's notebook job type: `tony notebook` runs one task of it
 HOROVOD_DRIVER_TYPE = "driver"
 # Job types in the order their tasks are listed (and ranked, for PyTorch).
 TYPE_ORDER = ("chief", "master", "worker", "evaluator", "ps")

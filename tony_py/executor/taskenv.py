@@ -12,6 +12,8 @@ import socket
 import time
 from pathlib import Path
 
+from tony_py.auth import NOTEBOOK_TOKEN_PURPOSE, derived_token
+from tony_py.config.spec import NOTEBOOK_TYPE
 from tony_py.executor.settings import Settings
 
 # What the AM accepts from an error file (its request bodies are capped at 1 MiB).
@@ -72,6 +74,10 @@ def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: 
     # What the process reports back to the AM (Horovod's driver: its rendezvous port).
     env["TONY_CALLBACK_FILE"] = str(cwd / f"tony-callback-{attempt}.json")
     env["DRIVER_OUTPUT_PATH"] = str(cwd)  # TonY's name for where its Horovod driver wrote that
+    if settings.task.split(":", 1)[0] == NOTEBOOK_TYPE:
+        # Jupyter reads JUPYTER_TOKEN; the client derives the same token from the app secret, so
+        # it is in no file, spec or log (tony_py/client/notebook.py)
+        env["JUPYTER_TOKEN"] = derived_token(settings.secret, NOTEBOOK_TOKEN_PURPOSE)
     return env
 
 

@@ -45,6 +45,9 @@ public final class Submit {
   static final String RUNTIME_HASH = "/tony_py_runtime.sha256";
   static final List<String> KNOWN_CLASSES =
       Arrays.asList("io.tonypy.cli.Submit", "com.linkedin.tony.cli.ClusterSubmitter", "com.linkedin.tony.TonyClient");
+  static final String NOTEBOOK_CLASS = "com.linkedin.tony.cli.NotebookSubmitter";
+  static final String SUBMIT_MODULE = "tony_py.submit";
+  static final String NOTEBOOK_MODULE = "tony_py.client.notebook";
   static final String[] PYTHONS = {"/opt/conda/default/bin/python3", "python3"};
   static final String CLIENT_PYTHON = "tony.client.python";
   /** A class the shaded jar carries and Maven's original-*.jar (the copy before shading) does not. */
@@ -58,11 +61,23 @@ public final class Submit {
     System.exit(run(args));
   }
 
+  /** TonY's NotebookSubmitter (com.linkedin.tony.cli.NotebookSubmitter): `tony notebook`. */
+  public static void notebookMain(String[] args) {
+    System.exit(run(args, NOTEBOOK_MODULE));
+  }
+
   static int run(String[] args) {
+    return run(args, SUBMIT_MODULE);
+  }
+
+  /** {@code module}: the Python client to run (tony_py.submit, or the notebook's). */
+  static int run(String[] args, String module) {
     List<String> argv = new ArrayList<>(Arrays.asList(args));
     // `hadoop jar X.jar <class> …` with a Main-Class: RunJar passes the class name on.
-    if (!argv.isEmpty() && KNOWN_CLASSES.contains(argv.get(0))) {
-      argv.remove(0);
+    if (!argv.isEmpty() && (KNOWN_CLASSES.contains(argv.get(0)) || NOTEBOOK_CLASS.equals(argv.get(0)))) {
+      if (NOTEBOOK_CLASS.equals(argv.remove(0))) {
+        module = NOTEBOOK_MODULE;
+      }
     }
     List<String> properties = new ArrayList<>();
     List<String> flags = genericOptions(argv, properties);
@@ -77,7 +92,7 @@ public final class Submit {
       System.err.println("tony-py: error: " + e.getMessage());
       return EXIT_USAGE;
     }
-    List<String> command = new ArrayList<>(Arrays.asList(python, "-m", "tony_py.submit"));
+    List<String> command = new ArrayList<>(Arrays.asList(python, "-m", module));
     for (String property : properties) {
       command.add("--conf");
       command.add(property);
