@@ -237,22 +237,41 @@ def _has_python_parent(proc: psutil.Process) -> bool:
         return False
 
 
+def _cluster_id(cluster: Cluster) -> str | None:
+    """The ResourceManager's cluster timestamp, which every container id of this cluster carries
+    (container_<ts>_…); the last one seen if the RM does not answer now (a fault test)."""
+    try:
+        cluster_id = str(requests.get(f"{cluster.rm_web}/ws/v1/cluster/info", timeout=5).json()["clusterInfo"]["id"])
+        _CLUSTER_IDS[cluster.rm_web] = cluster_id
+    except (requests.RequestException, ValueError, KeyError):
+        pass
+    return _CLUSTER_IDS.get(cluster.rm_web)
+
+
+_CLUSTER_IDS: dict[str, str] = {}
+
+
 def stray_processes(cluster: Cluster) -> list[psutil.Process]:
-    """Executors and user processes still alive from finished jobs, and client JVMs whose
-    client is gone (the JVM a `tony submit` starts early must end with it, bad input or not)."""
+    """Executors and user processes still alive from this cluster's finished jobs, and client JVMs
+    whose client is gone (the JVM a `tony submit` starts early must end with it, bad input or not).
+    This cluster's only: a process counts if it works under the cluster's data dir or its
+    container id is one of this cluster's, so jobs of another cluster on the machine (a
+    developer's, or a second checkout's) are neither reported nor killed."""
     if cluster.workdir is None:
         return []
     root = str(cluster.workdir / "data")
+    cluster_id = _cluster_id(cluster)
     strays = []
-    for proc in psutil.process_iter(["cmdline", "cwd"]):
+    for proc in psutil.process_iter(["cmdline", "cwd", "environ"]):
         try:
             cmd = " ".join(proc.info.get("cmdline") or [])
             cwd = proc.info.get("cwd") or ""
+            container = (proc.info.get("environ") or {}).get("CONTAINER_ID", "")
         except psutil.Error:
             continue
+        ours = cwd.startswith(root) or bool(cluster_id and f"_{cluster_id}_" in container)
         orphan_client_jvm = "py4j.GatewayServer" in cmd and not _has_python_parent(proc)
-        if ("tony_py.executor" in cmd or "tony_py.am" in cmd or (cwd.startswith(root) and "/appcache/" in cwd)
-                or orphan_client_jvm):
+        if (ours and ("tony_py.executor" in cmd or "tony_py.am" in cmd or "/appcache/" in cwd)) or orphan_client_jvm:
             strays.append(proc)
     return strays
 
