@@ -1,4 +1,8 @@
-"""Markers by location: tests/unit are `unit`, tests/integration are `integration`."""
+"""Markers by location: tests/unit are `unit`, tests/integration are `integration`. The unit
+tier runs first: a broken change fails in seconds, and the Docker cluster's node image (for
+tests/integration/multihost) is built in the background meanwhile instead of on its own."""
+
+import threading
 
 import pytest
 
@@ -10,3 +14,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.unit)
         elif "/tests/integration/" in path:
             item.add_marker(pytest.mark.integration)
+    items.sort(key=lambda item: 0 if "/tests/unit/" in str(item.fspath) else 1)  # stable: order kept within
+    if any("/tests/integration/multihost/" in str(item.fspath) for item in items):
+        _build_node_image_in_background()
+
+
+def _build_node_image_in_background() -> None:
+    """The multi-host fixture's own ensure_image() waits for this build (one lock per process) and
+    reports its error if it failed; here a failure is only left for that call to meet again."""
+    from tony_py.cluster.engine import engine_available
+    from tony_py.cluster.image import ensure_image
+
+    if not engine_available()[0]:
+        return
+
+    def build():
+        try:
+            ensure_image(log=lambda line: None)
+        except Exception:  # noqa: BLE001 - the fixture's own call says what went wrong
+            pass
+
+    threading.Thread(target=build, name="node-image-build", daemon=True).start()

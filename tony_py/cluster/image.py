@@ -13,6 +13,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import threading
 import time
 
 from tony_py.errors import SetupError
@@ -27,6 +28,7 @@ JAVA_HOME = "/usr/lib/jvm/java-17-openjdk-amd64"
 # Documentation and translations are of no use in a test node; leaving them out saves ~40 MB.
 _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
 REPOSITORY = "tony-py-node"
+_BUILDING = threading.Lock()  # callers in one process share one build (the test suite starts it early)
 
 
 def recipe() -> str:
@@ -48,7 +50,13 @@ def _mmdebstrap_command(mirror: str) -> list[str]:
 
 
 def ensure_image(log=print) -> str:
-    """The image's tag, building it first if this Docker engine does not have it."""
+    """The image's tag, building it first if this Docker engine does not have it (a build already
+    under way in this process is waited for, not repeated)."""
+    with _BUILDING:
+        return _ensure_image(log)
+
+
+def _ensure_image(log) -> str:
     tag = image_tag()
     if subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0:
         return tag
