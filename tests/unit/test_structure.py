@@ -20,7 +20,7 @@ LAYERS = [
     {"history", "executor", "cluster"},
     {"am"},
     {"client", "sidecar"},
-    {"api", "cli", "submit"},  # entry points
+    {"api", "cli", "submit", "airflow"},  # entry points; airflow: the operator on api
 ]
 
 
