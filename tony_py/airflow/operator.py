@@ -18,8 +18,9 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from tony_py import api
 from tony_py.airflow.rules import (SUBMIT_ARGS, FollowState, Verdict, check_arguments, job_verdict, rm_web_urls,
                                    submit_verdict, task_lines)
-from tony_py.airflow.trigger import TonyTrigger
+from tony_py.airflow.trigger import RM_UNREACHABLE_S, TonyTrigger
 from tony_py.client.job import FINAL_STATES
+from tony_py.errors import TonyError
 
 _DEFAULTS = {"local": False}
 
@@ -66,6 +67,11 @@ class TonyOperator(BaseOperator):
             self._follow(job)
             job.cleanup()
             report, status = job.report, job.am_status
+        except BaseException:
+            # lost track of it (the RM unreachable too long) or the task is ending: no second
+            # copy may run beside a retry, so the application goes too
+            self._kill_quietly(job)
+            raise
         finally:
             self._job = None
             job.close()
@@ -73,8 +79,18 @@ class TonyOperator(BaseOperator):
 
     def _follow(self, job) -> None:
         seen: dict[str, list] = {}
+        failing_since = None
         while True:
-            report = job.refresh()
+            try:
+                report = job.refresh()
+                failing_since = None
+            except TonyError as exc:  # YARN did not answer: the infrastructure's, for a while
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > RM_UNREACHABLE_S:
+                    self._fail(Verdict(False, True, 1, f"lost track of {job.app_id}: {exc}"), "")
+                self.log.warning("%s", exc)
+                time.sleep(self.poll_interval)
+                continue
             for line in task_lines(seen, (job.am_status or {}).get("tasks") or []):
                 self.log.info("%s", line)
             if report.get("state") in FINAL_STATES or self._killed:
@@ -95,6 +111,8 @@ class TonyOperator(BaseOperator):
         verdict = job_verdict(final_status, status, yarn_diag, killed_here=self._killed)
         self.log.info("%s finished: %s", app_id, final_status)
         if verdict.succeeded:
+            if (status or {}).get("diagnostics"):  # e.g. failures the job tolerated
+                self.log.info("%s", status["diagnostics"].strip())
             return app_id
         # the AM's own copy first: it has the root cause's stderr tail and traceback
         self._fail(verdict, ((status or {}).get("diagnostics") or yarn_diag).strip())
@@ -107,6 +125,13 @@ class TonyOperator(BaseOperator):
             raise AirflowException(verdict.reason)
         self.log.error("%s; not retried (`tony submit` would exit %d)", verdict.reason, verdict.exit_code)
         raise AirflowFailException(verdict.reason)
+
+    def _kill_quietly(self, job) -> None:
+        if not self._killed and (job.report or {}).get("state") not in FINAL_STATES:
+            try:
+                job.kill("the Airflow task ended before the application")
+            except Exception as exc:  # noqa: BLE001 - the original error matters more
+                self.log.warning("could not kill %s: %s", job.app_id, exc)
 
     def on_kill(self) -> None:
         """The task was killed (SIGTERM to the task process): kill the application and wait

@@ -28,8 +28,10 @@ _BOOL_ARGS = ("local",)
 _TEXT_ARGS = tuple(a for a in SUBMIT_ARGS if a not in _PAIR_ARGS + _BOOL_ARGS)
 
 # A root cause of these kinds is the cluster's doing (YARN took the container back, a node or
-# its disks went, an executor vanished, a container could not start): Airflow may run the job
-# again. A task's own exit code, signal or timeout is the job's: running it again fails again.
+# its disks went, an executor vanished, a container could not start), as is a task that ended
+# while another was being preempted: Airflow may run the job again. A task's own exit code
+# (a memory-limit kill included: the AM reads -103/-104 as one), signal or timeout is the job's:
+# running it again fails again.
 INFRASTRUCTURE_KINDS = frozenset({FailureKind.INFRASTRUCTURE.value, FailureKind.PREEMPTED.value,
                                   FailureKind.LOST.value, FailureKind.LAUNCH.value})
 
@@ -91,7 +93,8 @@ def job_verdict(final_status: str | None, am_status: Mapping | None, yarn_diagno
     if cause:
         kind, code = cause.get("kind"), cause.get("exit_code")
         headline = f"{cause.get('task')}: {cause.get('message', kind)}"
-        if kind in INFRASTRUCTURE_KINDS or (kind != FailureKind.EXIT_CODE.value and code in INFRASTRUCTURE_EXITS):
+        if kind in INFRASTRUCTURE_KINDS or cause.get("during_preemption_of") \
+                or (kind != FailureKind.EXIT_CODE.value and code in INFRASTRUCTURE_EXITS):
             return Verdict(False, True, EXIT_JOB_FAILED, f"the infrastructure failed the job ({kind}): {headline}")
         return Verdict(False, False, EXIT_JOB_FAILED, f"the job failed ({kind}): {headline}")
     if status.get("final_status") or yarn_diagnostics.lstrip().startswith("TonY-py job"):
@@ -105,10 +108,11 @@ def job_verdict(final_status: str | None, am_status: Mapping | None, yarn_diagno
 
 
 def submit_verdict(error: BaseException) -> Verdict:
-    """A submit that raised: bad input (exit 2) is never retried; the cluster being unreachable
-    or failing is the infrastructure's."""
-    if isinstance(error, UsageError):
-        return Verdict(False, False, EXIT_USAGE, f"bad input, nothing was submitted: {error}")
+    """A submit that raised: what `tony submit` exits 2 for (bad input, a missing jar or
+    HADOOP_CONF_DIR) is never retried; the cluster being unreachable or failing is the
+    infrastructure's."""
+    if getattr(error, "exit_code", None) == EXIT_USAGE:  # UsageError, ConfigError, SetupError
+        return Verdict(False, False, EXIT_USAGE, f"bad input or set-up, nothing was submitted: {error}")
     if isinstance(error, (TonyError, OSError)):
         return Verdict(False, True, EXIT_JOB_FAILED, f"the cluster failed the submit: {error}")
     return Verdict(False, False, EXIT_JOB_FAILED, f"{type(error).__name__}: {error}")
