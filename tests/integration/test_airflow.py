@@ -37,13 +37,14 @@ def airflow(cluster, tmp_path_factory):
                                 text=True)
         if not wait:
             return proc, log
-        try:
-            proc.wait(timeout=timeout)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-        log.seek(0)
-        return proc.returncode, log.read()
+        with log:
+            try:
+                proc.wait(timeout=timeout)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+            log.seek(0)
+            return proc.returncode, log.read()
 
     code, out = run("db", "migrate")
     assert code == 0, out[-3000:]
@@ -105,8 +106,9 @@ def test_a_dag_run_killed_mid_run_leaves_no_application(airflow, cluster):
     finally:
         if proc.poll() is None:
             proc.kill()
-    log.seek(0)
-    out = log.read()
+    with log:
+        log.seek(0)
+        out = log.read()
     assert f"killing {app_id}" in out, out[-5000:]
     assert cluster.app(app_id)["state"] == "KILLED"
     assert xcoms(airflow.home, "tony_killed")["final_status"] == "KILLED"
