@@ -53,29 +53,30 @@ class TonyOperator(BaseOperator):
         except Exception as exc:  # noqa: BLE001 - every submit failure becomes a verdict
             self._fail(submit_verdict(exc), "")
         self._job = job
-        ti = context["ti"]
-        ti.xcom_push(key="app_id", value=job.app_id)
-        self.log.info("submitted %s; tracking URL: %s", job.app_id, job.tracking_url)
-        for warning in job.warnings:
-            self.log.warning("%s", warning)
-        if self.deferrable and not self._killed:
-            state = FollowState(job.app_id, rm_web_urls(), self.poll_interval, job.handover()["secret"])
-            self._job = None
-            job.close()  # the application runs on; only the client's JVM stops
-            self.defer(trigger=TonyTrigger(**state.to_kwargs()), method_name="execute_complete")
+        follow_state = None
         try:
-            self._follow(job)
-            job.cleanup()
-            report, status = job.report, job.am_status
+            context["ti"].xcom_push(key="app_id", value=job.app_id)
+            self.log.info("submitted %s; tracking URL: %s", job.app_id, job.tracking_url)
+            for warning in job.warnings:
+                self.log.warning("%s", warning)
+            if self.deferrable and not self._killed:
+                follow_state = FollowState(job.app_id, rm_web_urls(), self.poll_interval, job.handover()["secret"])
+            else:
+                self._follow(job)
+                job.cleanup()
         except BaseException:
-            # lost track of it (the RM unreachable too long) or the task is ending: no second
-            # copy may run beside a retry, so the application goes too
+            # lost track of it (the RM unreachable too long), a failure here, or the task is
+            # ending: no second copy may run beside a retry, so the application goes too
             self._kill_quietly(job)
             raise
         finally:
             self._job = None
-            job.close()
-        return self._end(context, job.app_id, report.get("final_status"), status, report.get("diagnostics") or "")
+            job.close()  # the client's JVM; a deferred application runs on
+        if follow_state is not None:
+            self.defer(trigger=TonyTrigger(**follow_state.to_kwargs()), method_name="execute_complete")
+        report = job.report
+        return self._end(context, job.app_id, report.get("final_status"), job.am_status,
+                         report.get("diagnostics") or "")
 
     def _follow(self, job) -> None:
         seen: dict[str, list] = {}
