@@ -20,7 +20,7 @@ LAYERS = [
     {"history", "executor", "cluster"},
     {"am"},
     {"client", "sidecar", "jupyter"},  # the client; the programs TonY-py runs as tasks (TensorBoard, JupyterLab)
-    {"api", "cli", "submit"},  # entry points
+    {"api", "cli", "submit", "airflow"},  # entry points; airflow: the operator on api
 ]
 
 

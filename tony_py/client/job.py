@@ -80,6 +80,7 @@ class Job:
         self.app_id = app_id
         self.staging_dir = staging_dir
         self._signer = Signer(secret, client_principal()) if secret else None
+        self._secret = secret
         self._owns_gateway = False
         self.report: dict = {}
         self.am_status: dict | None = None
@@ -91,6 +92,12 @@ class Job:
 
     def __repr__(self) -> str:
         return f"Job({self.app_id})"
+
+    def handover(self) -> dict:
+        """What another process needs to follow this application without a JVM (an Airflow
+        trigger): its id and the application's secret, which signs requests for the AM's full
+        task table and root cause. Keep it as private as the staging dir's copy."""
+        return {"app_id": self.app_id, "secret": self._secret}
 
     # ---- sources ---------------------------------------------------------------------------------
     def refresh(self) -> dict:
