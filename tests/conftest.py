@@ -7,6 +7,7 @@ import threading
 import pytest
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m selects by these markers
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = str(item.fspath)
@@ -14,7 +15,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.unit)
         elif "/tests/integration/" in path:
             item.add_marker(pytest.mark.integration)
-    items.sort(key=lambda item: 0 if "/tests/unit/" in str(item.fspath) else 1)  # stable: order kept within
+
+
+def pytest_collection_finish(session):
+    """What will run, after -m/-k deselection: the unit tier first (a stable sort keeps the order
+    within each tier), and the node image built meanwhile if multi-host tests are among it."""
+    items = session.items
+    items.sort(key=lambda item: 0 if "/tests/unit/" in str(item.fspath) else 1)
     if any("/tests/integration/multihost/" in str(item.fspath) for item in items):
         _build_node_image_in_background()
 
