@@ -17,6 +17,7 @@ from typing import Mapping
 
 from tony_py import api
 from tony_py.am.policy import INFRASTRUCTURE_EXITS
+from tony_py.client.monitor import changed_task_lines
 from tony_py.config.xmlconf import read_xml
 from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK, EXIT_USAGE, TonyError, UsageError
 from tony_py.job.records import FailureKind
@@ -125,23 +126,8 @@ def _first_line(text: str) -> str:
 # ---- the task table, into the task log -----------------------------------------------------------
 def task_lines(seen: dict[str, list], tasks: list[Mapping]) -> list[str]:
     """A line per task whose state, attempt or container changed since the last call (seen is
-    updated), as `tony submit` prints them to a pipe."""
-    lines = []
-    for t in tasks:
-        name = t.get("name")
-        key = [t.get("state"), t.get("attempt"), t.get("container_id")]
-        if not name or seen.get(name) == key:
-            continue
-        seen[name] = key
-        line = f"{name:<14} {t.get('state', '?'):<10} attempt {t.get('attempt', 0)}"
-        if t.get("host"):
-            line += f" on {t['host']}"
-        if t.get("exit_code") is not None or t.get("signal"):
-            line += f" ({t.get('signal') or 'exit ' + str(t['exit_code'])})"
-        if t.get("state") in ("RUNNING", "FAILED", "PREEMPTED") and t.get("log_url"):
-            line += f"  logs: {t['log_url']}"
-        lines.append(line)
-    return lines
+    updated), as `tony submit` prints them to a pipe, with the attempt."""
+    return changed_task_lines(seen, list(tasks), attempt=True)
 
 
 # ---- where the trigger looks ----------------------------------------------------------------------

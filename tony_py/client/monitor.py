@@ -95,6 +95,26 @@ def task_table(status: dict | None, now: float) -> Table:
     return table
 
 
+def changed_task_lines(seen: dict[str, list], tasks: list[dict], attempt: bool = False) -> list[str]:
+    """A line for each task whose state, attempt or container changed since the last call (`seen`
+    is updated): what `tony submit` prints to a pipe, and (with the attempt) an Airflow task log."""
+    lines = []
+    for t in tasks:
+        name, key = t.get("name"), [t.get("state"), t.get("attempt"), t.get("container_id")]
+        if not name or seen.get(name) == key:
+            continue
+        seen[name] = key
+        line = f"{name:<14} {t.get('state', '?'):<10}" + (f" attempt {t.get('attempt', 0)}" if attempt else "")
+        if t.get("host"):
+            line += f" on {t['host']}"
+        if t.get("exit_code") is not None or t.get("signal"):
+            line += f" ({t.get('signal') or 'exit ' + str(t['exit_code'])})"
+        if t.get("state") in ("RUNNING", "FAILED", "PREEMPTED") and t.get("log_url"):
+            line += f"  logs: {t['log_url']}"
+        lines.append(line)
+    return lines
+
+
 class Monitor:
     def __init__(self, job: Job, quiet: bool = False, out=sys.stdout, poll_s: float = 0.5,
                  startup_timeout_ms: int = 0):
@@ -105,7 +125,7 @@ class Monitor:
         self.startup_timeout_ms = startup_timeout_ms
         self.started = time.monotonic()
         self.killed = False
-        self._seen: dict[str, tuple] = {}
+        self._seen: dict[str, list] = {}
         self._attempt = 0
         self._printed: set[str] = set()
         self._last_summary = ("", "", 0.0)
@@ -184,19 +204,8 @@ class Monitor:
     def _plain(self) -> None:
         tasks = (self.job.am_status or {}).get("tasks") or []
         if len(tasks) <= MAX_ROWS:
-            for t in tasks:
-                key = (t.get("state"), t.get("attempt"), t.get("container_id"))
-                if "name" not in t or self._seen.get(t["name"]) == key:
-                    continue
-                self._seen[t["name"]] = key
-                line = f"  {t['name']:<14} {t.get('state', '?'):<10}"
-                if t.get("host"):
-                    line += f" on {t['host']}"
-                if t.get("exit_code") is not None or t.get("signal"):
-                    line += f" ({t.get('signal') or 'exit ' + str(t['exit_code'])})"
-                if t.get("state") in ("RUNNING", "FAILED", "PREEMPTED") and t.get("log_url"):
-                    line += f"  logs: {t['log_url']}"
-                self.say(line)
+            for line in changed_task_lines(self._seen, tasks):
+                self.say("  " + line)
         now = time.monotonic()
         text = summary(self.job.report, self.job.am_status, now - self.started)
         core = text.rsplit(" · ", 1)[0]  # without the clock, which changes every second
