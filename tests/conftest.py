@@ -22,18 +22,30 @@ def pytest_collection_finish(session):
     within each tier), and the node image built meanwhile if multi-host tests are among it."""
     items = session.items
     items.sort(key=lambda item: 0 if "/tests/unit/" in str(item.fspath) else 1)
-    if any("/tests/integration/multihost/" in str(item.fspath) for item in items):
-        _build_node_image_in_background()
+    if not session.config.option.collectonly and any("/tests/integration/multihost/" in str(item.fspath)
+                                                     for item in items):
+        _BUILDS.append(_build_node_image_in_background())
 
 
-def _build_node_image_in_background() -> None:
+_BUILDS: list = []
+
+
+def pytest_sessionfinish(session):
+    """A session that ends early (-x, Ctrl-C) lets the build finish rather than orphan its
+    mmdebstrap; the image is then there for the next run."""
+    for build in _BUILDS:
+        if build is not None:
+            build.join(timeout=300)
+
+
+def _build_node_image_in_background() -> "threading.Thread | None":
     """The multi-host fixture's own ensure_image() waits for this build (one lock per process) and
     reports its error if it failed; here a failure is only left for that call to meet again."""
     from tony_py.cluster.engine import engine_available
     from tony_py.cluster.image import ensure_image
 
     if not engine_available()[0]:
-        return
+        return None
 
     def build():
         try:
@@ -41,4 +53,6 @@ def _build_node_image_in_background() -> None:
         except Exception:  # noqa: BLE001 - the fixture's own call says what went wrong
             pass
 
-    threading.Thread(target=build, name="node-image-build", daemon=True).start()
+    thread = threading.Thread(target=build, name="node-image-build", daemon=True)
+    thread.start()
+    return thread

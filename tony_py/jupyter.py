@@ -26,11 +26,27 @@ def server_args(host: str, port: str, root_dir: str, as_root: bool) -> list[str]
     return args
 
 
+# Jupyter's highest-priority config file (server_env): the token comes from the environment, so a
+# `c.IdentityProvider.token = ''` in the user's ~/.jupyter or the venv's etc/jupyter cannot turn it off.
+TOKEN_CONFIG = ("# written by TonY-py (tony_py/jupyter.py): the notebook never runs without its token\n"
+                "import os\n"
+                "c.IdentityProvider.token = os.environ['JUPYTER_TOKEN']\n")
+
+
 def server_env(env: dict[str, str], workdir: str) -> dict[str, str]:
     """Jupyter's runtime files (the cookie secret, kernels' connection files, which hold their
-    keys) in the container's private working dir, not a HOME that other jobs may share."""
+    keys) in the container's private working dir, not a HOME that other jobs may share; and
+    TonY-py's config dir first on JUPYTER_CONFIG_PATH, which Jupyter searches before the user's
+    and the venv's own (those still apply, under it)."""
+    ours = os.path.join(workdir, ".jupyter-config")
+    os.makedirs(ours, mode=0o700, exist_ok=True)
+    fd = os.open(os.path.join(ours, "jupyter_server_config.py"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(TOKEN_CONFIG)
+    search = [ours, *[p for p in env.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep) if p]]
     return {**env, "JUPYTER_RUNTIME_DIR": os.path.join(workdir, ".jupyter-runtime"),
-            "IPYTHONDIR": env.get("IPYTHONDIR") or os.path.join(workdir, ".ipython")}
+            "IPYTHONDIR": env.get("IPYTHONDIR") or os.path.join(workdir, ".ipython"),
+            "JUPYTER_CONFIG_PATH": os.pathsep.join(search)}
 
 
 def main() -> int:

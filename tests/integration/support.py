@@ -259,18 +259,21 @@ def stray_processes(cluster: Cluster) -> list[psutil.Process]:
     developer's, or a second checkout's) are neither reported nor killed."""
     if cluster.workdir is None:
         return []
-    root = str(cluster.workdir / "data")
+    root = str(cluster.workdir / "data") + os.sep
     cluster_id = _cluster_id(cluster)
+    conf_dir = os.path.realpath(cluster.conf_dir)
     strays = []
     for proc in psutil.process_iter(["cmdline", "cwd", "environ"]):
         try:
             cmd = " ".join(proc.info.get("cmdline") or [])
-            cwd = proc.info.get("cwd") or ""
-            container = (proc.info.get("environ") or {}).get("CONTAINER_ID", "")
+            cwd = (proc.info.get("cwd") or "") + os.sep
+            env = proc.info.get("environ") or {}
         except psutil.Error:
             continue
-        ours = cwd.startswith(root) or bool(cluster_id and f"_{cluster_id}_" in container)
-        orphan_client_jvm = "py4j.GatewayServer" in cmd and not _has_python_parent(proc)
+        ours = cwd.startswith(root) or bool(cluster_id and f"_{cluster_id}_" in env.get("CONTAINER_ID", ""))
+        # a client's JVM is this cluster's if its client was pointed at this cluster's conf
+        orphan_client_jvm = ("py4j.GatewayServer" in cmd and not _has_python_parent(proc)
+                             and os.path.realpath(env.get("HADOOP_CONF_DIR") or "/") == conf_dir)
         if (ours and ("tony_py.executor" in cmd or "tony_py.am" in cmd or "/appcache/" in cwd)) or orphan_client_jvm:
             strays.append(proc)
     return strays

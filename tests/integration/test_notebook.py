@@ -13,6 +13,7 @@ import socket
 import subprocess
 import threading
 import venv
+from pathlib import Path
 
 import requests
 
@@ -22,7 +23,9 @@ from tony_py.bridge import jvm
 
 PROBE_CELL = ("import os\n"
               "print('container=' + os.environ['CONTAINER_ID'], 'cuda=' + os.environ.get('CUDA_VISIBLE_DEVICES', '-'))")
-OPEN_LINE = re.compile(r"notebook: open http://127\.0\.0\.1:(\d+)/lab\?token=([0-9a-f]+)")
+OPEN_LINE = re.compile(r"notebook: open http://127\.0\.0\.1:(\d+)/lab ")
+URL_FILE = re.compile(r"the URL with Jupyter's token is in (\S+) ")
+TOKEN = re.compile(r"/lab\?token=([0-9a-f]{64})")
 
 
 def _notebook_dir(path):
@@ -43,7 +46,8 @@ def _hadoop_jar(cluster, tmp_path, *args) -> subprocess.Popen:
                CLASSPATH=f"{cluster.conf_dir}:{cluster.lib_dir}/*", HADOOP_CONF_DIR=str(cluster.conf_dir))
     cmd = [jvm.java_executable(), "-Xmx256m", *jvm.JDK17_OPENS, "-Dproc_jar", "org.apache.hadoop.util.RunJar",
            str(paths.locate_jar()), "com.linkedin.tony.cli.NotebookSubmitter", *args]
-    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    stderr = open(tmp_path / "driver.stderr", "w")  # a file: a pipe nobody reads could fill and block it
+    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True,
                             start_new_session=True)
 
 
@@ -84,9 +88,15 @@ def test_notebook_in_a_container_through_the_relay_then_ctrl_c_kills_it(cluster,
                               "the notebook's URL")
         except AssertionError as exc:
             raise AssertionError(f"{exc}; the client said:\n{''.join(lines)[-3000:]}") from None
-        port, token = int(opened.group(1)), opened.group(2)
-        app_id = re.search(r"submitted (application_\d+_\d+)", "".join(lines)).group(1)
-        assert any(f"ssh -N -L 8888:127.0.0.1:{port} " in line for line in lines), "".join(lines)
+        port = int(opened.group(1))
+        said = "".join(lines)
+        app_id = re.search(r"submitted (application_\d+_\d+)", said).group(1)
+        assert f"ssh -N -L 8888:127.0.0.1:{port} " in said, said
+        # stdout is a pipe here (a stored log, maybe): the token is in a private file, not in the output
+        url_file = Path(URL_FILE.search(said).group(1))
+        assert url_file.stat().st_mode & 0o777 == 0o600
+        token = TOKEN.search(url_file.read_text()).group(1)
+        assert token not in said
         # never without the token: Jupyter refuses the API and sends the page to its login form
         assert requests.get(f"http://127.0.0.1:{port}/api/status", timeout=10).status_code == 403
         assert requests.get(f"http://127.0.0.1:{port}/api/status", headers={"Authorization": f"token {token}"},
@@ -116,7 +126,8 @@ def test_notebook_in_a_container_through_the_relay_then_ctrl_c_kills_it(cluster,
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
     reader.join(timeout=10)
-    assert driver.returncode == 130, "".join(lines)[-3000:] + driver.stderr.read()[-3000:]
+    assert driver.returncode == 130, "".join(lines)[-3000:] + (tmp_path / "driver.stderr").read_text()[-3000:]
+    assert not url_file.exists()  # the token's file goes with the client
     assert f"killing {app_id}" in "".join(lines)
     wait_for(lambda: cluster.app(app_id)["state"] == "KILLED", 60, f"{app_id} to be KILLED")
     with socket.socket() as probe:  # the relay is gone with the client

@@ -94,7 +94,7 @@ def test_the_relay_carries_bytes_both_ways_and_follows_a_moved_task():
     second, second_port = _echo_server(b"2:")
     relay = Relay()
     try:
-        assert relay.port and relay.bind == "127.0.0.1"  # never a wildcard address
+        assert relay._sock.getsockname() == ("127.0.0.1", relay.port)  # never a wildcard address
         relay.start("127.0.0.1", first_port)
         payload = b"x" * 300_000  # more than one read's worth
         with socket.create_connection(("127.0.0.1", relay.port), timeout=10) as conn:
@@ -147,8 +147,10 @@ def test_the_open_lines_carry_the_token_and_the_ssh_tunnel():
     first = open_lines(4321, "t0k", ("h", 9), custom_command=False, first=True)
     assert "http://127.0.0.1:4321/lab?token=t0k" in first[0]
     assert "ssh -N -L 8888:127.0.0.1:4321 " in first[1] and "http://localhost:8888/lab?token=t0k" in first[1]
-    assert "token" not in "".join(open_lines(4321, "t0k", ("h", 9), custom_command=True, first=True))
-    assert "moved to h:9" in open_lines(4321, "t0k", ("h", 9), custom_command=False, first=False)[0]
+    custom = open_lines(4321, "t0k", ("h", 9), custom_command=True, first=True)
+    assert "http://127.0.0.1:4321/ " in custom[0] and "$JUPYTER_TOKEN): t0k" in custom[1]  # its own server's token
+    assert "t0k" not in "".join(open_lines(4321, None, ("h", 9), custom_command=False, first=True))
+    assert "runs at h:9 now" in open_lines(4321, "t0k", ("h", 9), custom_command=False, first=False)[0]
 
 
 def test_the_notebook_task_gets_its_port_and_the_token_the_client_derives(tmp_path):
@@ -165,7 +167,6 @@ def test_the_notebook_task_gets_its_port_and_the_token_the_client_derives(tmp_pa
     task_env = user_env(settings, {}, env, 0, tmp_path)
     assert task_env["JUPYTER_TOKEN"] == derived_token(secret, NOTEBOOK_TOKEN_PURPOSE)
     assert task_env["JUPYTER_TOKEN"] != derived_token("t" * 64, NOTEBOOK_TOKEN_PURPOSE)
-    assert secret not in task_env["JUPYTER_TOKEN"]
     worker = user_env(Settings(**{**settings.__dict__, "task": "worker:0"}), {}, {}, 0, tmp_path)
     assert "JUPYTER_TOKEN" not in worker
 
@@ -176,5 +177,111 @@ def test_jupyterlab_listens_on_the_nodes_address_with_private_runtime_files(tmp_
     assert "--ServerApp.port_retries=0" in args and "--no-browser" in args
     assert not any("allow_root" in a for a in args)
     assert "--ServerApp.allow_root=True" in server_args("10.1.2.3", "4000", str(tmp_path), as_root=True)
-    env = server_env({"HOME": "/home"}, str(tmp_path))
+    env = server_env({"HOME": "/home", "JUPYTER_CONFIG_PATH": "/site/jupyter"}, str(tmp_path))
     assert env["JUPYTER_RUNTIME_DIR"].startswith(str(tmp_path))
+    # TonY-py's config first in Jupyter's search path: a user's `token = ''` cannot turn the token off
+    ours, *rest = env["JUPYTER_CONFIG_PATH"].split(":")
+    assert ours.startswith(str(tmp_path)) and rest == ["/site/jupyter"]
+    config = tmp_path / ".jupyter-config" / "jupyter_server_config.py"
+    assert "c.IdentityProvider.token = os.environ['JUPYTER_TOKEN']" in config.read_text()
+    assert (config.stat().st_mode & 0o777) == 0o600 and "JUPYTER_TOKEN" not in env
+
+
+# ---- the monitor's part: relay once Jupyter listens with its token, never to a stale address -------
+class _Jupyter:
+    """A stand-in for the notebook task's server: /api/status answers `status`."""
+
+    def __init__(self, status: int):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = ("127.0.0.1", self.server.server_address[1])
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _Job:
+    app_id = "application_1_0001"
+
+    def __init__(self, address=None, state="RUNNING"):
+        self.report = {"state": "RUNNING", "attempt": 1}
+        self.killed = None
+        self.set(address, state)
+
+    def set(self, address, state="RUNNING"):
+        rows = [{"name": "notebook:0", "type": "notebook", "state": state,
+                 "address": f"{address[0]}:{address[1]}" if address else None}]
+        self.am_status = {"tasks": rows}
+
+    def request_kill(self, reason):
+        self.killed = reason
+
+
+def _monitor(job, tmp_path, monkeypatch, quiet=False):
+    import io
+
+    from tony_py.client.notebook import NotebookMonitor
+
+    monkeypatch.setenv("TONY_PY_CACHE", str(tmp_path / "cache"))
+    out = io.StringIO()  # not a terminal
+    return NotebookMonitor(job, Relay(), "t0k3n", custom_command=False, out=out, quiet=quiet), out
+
+
+def test_the_monitor_relays_once_jupyter_listens_and_keeps_the_token_off_a_pipe(tmp_path, monkeypatch):
+    jupyter = _Jupyter(403)
+    job = _Job(jupyter.address, state="REGISTERED")
+    monitor, out = _monitor(job, tmp_path, monkeypatch)
+    try:
+        monitor._once(monitor.say)
+        assert monitor.relay.target is None and out.getvalue() == ""  # not running yet: nothing to open
+        job.set(jupyter.address)
+        monitor._once(monitor.say)
+        assert monitor.relay.target == jupyter.address
+        printed = out.getvalue()
+        assert f"http://127.0.0.1:{monitor.relay.port}/lab " in printed and "t0k3n" not in printed
+        assert (monitor.url_file.stat().st_mode & 0o777) == 0o600
+        assert f"/lab?token=t0k3n" in monitor.url_file.read_text()
+        job.set(jupyter.address, state="FAILED")  # a restart is coming: its old port is nobody's to relay to
+        monitor._once(monitor.say)
+        assert monitor.relay.target is None
+        job.set(jupyter.address)
+        monitor._once(monitor.say)
+        assert monitor.relay.target == jupyter.address and "runs at 127.0.0.1" in out.getvalue()
+    finally:
+        monitor.relay.close()
+        jupyter.close()
+
+
+def test_a_notebook_that_answers_without_its_token_is_killed_never_opened(tmp_path, monkeypatch):
+    jupyter = _Jupyter(200)
+    job = _Job(jupyter.address)
+    monitor, out = _monitor(job, tmp_path, monkeypatch)
+    try:
+        monitor._once(monitor.say)
+        assert job.killed and "without Jupyter's token" in job.killed
+        assert monitor.relay.target is None and "open http" not in out.getvalue()
+    finally:
+        monitor.relay.close()
+        jupyter.close()
+
+
+def test_quiet_still_says_where_the_notebook_is(tmp_path, monkeypatch):
+    jupyter = _Jupyter(403)
+    monitor, out = _monitor(_Job(jupyter.address), tmp_path, monkeypatch, quiet=True)
+    try:
+        monitor._once(monitor.say)
+        assert f"open http://127.0.0.1:{monitor.relay.port}/lab" in out.getvalue()
+    finally:
+        monitor.relay.close()
+        jupyter.close()

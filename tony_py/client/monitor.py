@@ -141,7 +141,9 @@ class Monitor:
     # ---- main loop -----------------------------------------------------------------------------
     def follow(self) -> int:
         live = Live(console=Console(file=self.out), refresh_per_second=4, transient=False) if self.tty else None
-        say = live.console.print if live else self.say
+        # soft wrap: a long line (a URL with a token) stays one line a terminal can copy whole
+        say = (lambda text: live.console.print(text, soft_wrap=True, highlight=False, markup=False)) if live \
+            else self.say
         try:
             if live:
                 live.start()

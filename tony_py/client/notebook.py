@@ -13,9 +13,14 @@ flags, checks, exit codes, and Ctrl-C (or a closed terminal) kills the applicati
 from __future__ import annotations
 
 import getpass
+import os
 import shlex
 import socket
 import sys
+import time
+from pathlib import Path
+
+import requests
 
 from tony_py.auth import NOTEBOOK_TOKEN_PURPOSE, derived_token
 from tony_py.client.flags import SubmitArgs, parse_args
@@ -27,10 +32,12 @@ from tony_py.config.build import job_type_names
 from tony_py.config.layers import TonyConf
 from tony_py.config.spec import NOTEBOOK_TYPE
 from tony_py.errors import UsageError
+from tony_py.paths import cache_dir, private_dir
 
 DEFAULT_LIFETIME_MS = 24 * 60 * 60 * 1000  # TonY's NotebookSubmitter: tony.application.timeout of a day
 SSH_LOCAL_PORT = 8888
 PROBE_TIMEOUT_S = 0.5
+UNREACHABLE_NOTE_S = 60.0  # running, yet not reachable from here for this long: say so once
 
 
 class NotebookDoor:
@@ -42,6 +49,7 @@ class NotebookDoor:
     def __init__(self) -> None:
         self.relay: Relay | None = None
         self.custom_command = False
+        self.monitor_: NotebookMonitor | None = None
 
     def parse(self, argv: list[str], prog: str) -> SubmitArgs:
         args = parse_args(argv, prog=prog, notebook=True)
@@ -78,17 +86,21 @@ class NotebookDoor:
 
     def monitor(self, job: Job, secret: str, prepared: PreparedJob, out) -> Monitor:
         token = derived_token(secret, NOTEBOOK_TOKEN_PURPOSE)
-        return NotebookMonitor(job, self.relay, token, self.custom_command, quiet=prepared.args.quiet, out=out,
-                               startup_timeout_ms=prepared.spec.startup_timeout_ms)
+        self.monitor_ = NotebookMonitor(job, self.relay, token, self.custom_command, quiet=prepared.args.quiet,
+                                        out=out, startup_timeout_ms=prepared.spec.startup_timeout_ms)
+        return self.monitor_
 
     def close(self) -> None:
+        """The relay stops and the file with the token goes: the notebook is gone with the client."""
         if self.relay is not None:
             self.relay.close()
+        if self.monitor_ is not None and self.monitor_.url_file is not None:
+            self.monitor_.url_file.unlink(missing_ok=True)
 
 
 class NotebookMonitor(Monitor):
     """The job's live view, plus: relay to the notebook task once it listens (again after a
-    restart moved it), and say where to open it."""
+    restart moved it; nowhere while it is not running), and say where to open it."""
 
     def __init__(self, job: Job, relay: Relay, token: str, custom_command: bool, **kwargs):
         super().__init__(job, **kwargs)
@@ -96,16 +108,56 @@ class NotebookMonitor(Monitor):
         self.token = token
         self.custom_command = custom_command
         self.target: tuple[str, int] | None = None
+        self.shown = False
+        self.url_file: Path | None = None
+        self._unreachable_since: float | None = None
+        self._unreachable_said = False
 
     def _once(self, say) -> None:
         super()._once(say)
-        target = notebook_address(self.job.am_status)
-        if target is None or target == self.target or not listening(*target):
+        address = notebook_address(self.job.am_status)
+        if address != self.target and self.target is not None:
+            self.relay.stop_forwarding()  # its old port may be someone else's now; requests carry the token
+            self.target = None
+        if address is None or address == self.target:
+            self._unreachable_since = None
             return
-        first = self.target is None
-        self.target = target
-        self.relay.start(*target)
-        say("\n".join(open_lines(self.relay.port, self.token, target, self.custom_command, first)))
+        if not listening(*address):
+            self._say_unreachable(say, address)
+            return
+        if not self.custom_command and not token_required(*address):
+            reason = (f"the notebook at {address[0]}:{address[1]} answers without Jupyter's token (a Jupyter "
+                      "config of the job's environment turns authentication off?): stopped, never opened")
+            say(f"killing {self.job.app_id}: {reason}")
+            self.job.request_kill(reason)
+            return
+        self.target, self._unreachable_since = address, None
+        self.relay.start(*address)
+        self._show(say, address)
+
+    def _show(self, say, address: tuple[str, int]) -> None:
+        terminal = hasattr(self.out, "isatty") and self.out.isatty()
+        lines = open_lines(self.relay.port, self.token if terminal else None, address, self.custom_command,
+                           first=not self.shown)
+        if not terminal and not self.shown:  # a pipe may be a stored log: the token goes to a private file
+            self.url_file = write_private(self.job.app_id, open_lines(self.relay.port, self.token, address,
+                                                                      self.custom_command, first=True))
+            lines.insert(1, f"  the URL with Jupyter's token is in {self.url_file} (not printed: this output is not "
+                            "a terminal)")
+        self.shown = True
+        if self.quiet:  # --quiet still says where the notebook is
+            print("\n".join(lines), file=self.out, flush=True)
+        else:
+            say("\n".join(lines))
+
+    def _say_unreachable(self, say, address: tuple[str, int]) -> None:
+        now = time.monotonic()
+        self._unreachable_since = self._unreachable_since or now
+        if now - self._unreachable_since > UNREACHABLE_NOTE_S and not self._unreachable_said:
+            self._unreachable_said = True
+            say(f"notebook: {NOTEBOOK_TYPE}:0 runs at {address[0]}:{address[1]} but does not accept connections from "
+                "this machine yet: is the server listening on $NOTEBOOK_PORT on the node's address, and can "
+                "this host reach that node?")
 
 
 def notebook_address(status: dict | None) -> tuple[str, int] | None:
@@ -126,15 +178,38 @@ def listening(host: str, port: int) -> bool:
         return False
 
 
-def open_lines(port: int, token: str, target: tuple[str, int], custom_command: bool, first: bool) -> list[str]:
-    path = "/" if custom_command else f"/lab?token={token}"
+def token_required(host: str, port: int) -> bool:
+    """Whether Jupyter refuses a request without the token (403), as it must."""
+    try:
+        return requests.get(f"http://{host}:{port}/api/status", timeout=PROBE_TIMEOUT_S * 4).status_code == 403
+    except requests.RequestException:
+        return True  # not answering is not answering without a token; the relay finds out
+
+
+def open_lines(port: int, token: str | None, target: tuple[str, int], custom_command: bool, first: bool) -> list[str]:
+    """What the user is told; without the token when it must not be printed."""
+    secret = f"?token={token}" if token else ""
+    path = "/" if custom_command else f"/lab{secret}"
     where = f"{target[0]}:{target[1]}"
     if not first:
-        return [f"notebook: the task moved to {where}; http://127.0.0.1:{port}{path} now relays there"]
-    return [f"notebook: open http://127.0.0.1:{port}{path}  (relayed to {where})",
-            f"  from a laptop: ssh -N -L {SSH_LOCAL_PORT}:127.0.0.1:{port} {getpass.getuser()}@{socket.getfqdn()}"
-            f"  then open http://localhost:{SSH_LOCAL_PORT}{path}",
-            "  Ctrl-C here (or closing this client) ends the notebook and kills the application"]
+        return [f"notebook: the task runs at {where} now; http://127.0.0.1:{port}{path} relays there"]
+    lines = [f"notebook: open http://127.0.0.1:{port}{path}  (relayed to {where})"]
+    if custom_command and token:
+        lines.append(f"  your server's token (it has it as $JUPYTER_TOKEN): {token}")
+    return lines + [
+        f"  from a laptop: ssh -N -L {SSH_LOCAL_PORT}:127.0.0.1:{port} {getpass.getuser()}@{socket.getfqdn()}"
+        f"  then open http://localhost:{SSH_LOCAL_PORT}{path}",
+        "  Ctrl-C here (or closing this client) ends the notebook and kills the application"]
+
+
+def write_private(app_id: str, lines: list[str]) -> Path:
+    """The lines with the token, in a file only this user can read (TonY-py's private cache)."""
+    folder = private_dir(cache_dir() / "notebooks")
+    path = folder / f"{app_id}.txt"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
 
 
 def main(argv: list[str] | None = None, prog: str = NotebookDoor.prog, launch=None) -> int:

@@ -35,6 +35,8 @@ class Relay:
         self.target: tuple[str, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
 
     def start(self, host: str, port: int) -> None:
         """Forward to host:port from now on (a restarted task's new address replaces the old one
@@ -45,27 +47,51 @@ class Relay:
             self._thread = threading.Thread(target=self._run, name="tony-notebook-relay", daemon=True)
             self._thread.start()
 
+    def stop_forwarding(self) -> None:
+        """Refuse new connections until start() names an address again: while the task is not
+        running, its old port on its old node may belong to someone else, and the browser's
+        requests carry the token."""
+        self.target = None
+
     def close(self) -> None:
+        """Stop listening and drop every open connection."""
         if self._loop is not None:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(timeout=5)
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(timeout=5)
+            self._loop.close()
+            self._loop = None
         self._sock.close()
 
     # ---- the event loop's side -------------------------------------------------------------------
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(asyncio.start_server(self._serve, sock=self._sock))
+        self._server = self._loop.run_until_complete(asyncio.start_server(self._serve, sock=self._sock))
         self._loop.run_forever()
 
+    async def _shutdown(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        target = self.target
+        if target is None:
+            writer.close()
+            return
         try:
-            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*self.target), CONNECT_TIMEOUT_S)
+            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*target), CONNECT_TIMEOUT_S)
         except (OSError, asyncio.TimeoutError):
             writer.close()
             return
-        await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer), return_exceptions=True)
-        for w in (writer, up_writer):
-            w.close()
+        self._writers.update((writer, up_writer))
+        try:
+            await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer), return_exceptions=True)
+        finally:
+            for w in (writer, up_writer):
+                w.close()
+                self._writers.discard(w)
 
 
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
