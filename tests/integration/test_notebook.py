@@ -84,10 +84,12 @@ def test_notebook_in_a_container_through_the_relay_then_ctrl_c_kills_it(cluster,
     reader.start()
     try:
         try:
-            opened = wait_for(lambda: next((m for m in map(OPEN_LINE.search, list(lines)) if m), None), 180,
-                              "the notebook's URL")
-        except AssertionError as exc:
-            raise AssertionError(f"{exc}; the client said:\n{''.join(lines)[-3000:]}") from None
+            opened = wait_for(lambda: next((m for m in map(OPEN_LINE.search, list(lines)) if m), None)
+                              or driver.poll() is not None, 180, "the notebook's URL")
+            assert driver.poll() is None, "the client ended"
+        except AssertionError as exc:  # the client's own words: why it never said where
+            raise AssertionError(f"{exc}; the client said:\n{''.join(lines)[-3000:]}"
+                                 f"{(tmp_path / 'driver.stderr').read_text()[-3000:]}") from None
         port = int(opened.group(1))
         said = "".join(lines)
         app_id = re.search(r"submitted (application_\d+_\d+)", said).group(1)

@@ -18,9 +18,9 @@ import shlex
 import socket
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
-
-import requests
 
 from tony_py.auth import NOTEBOOK_TOKEN_PURPOSE, derived_token
 from tony_py.client.flags import SubmitArgs, parse_args
@@ -179,10 +179,14 @@ def listening(host: str, port: int) -> bool:
 
 
 def token_required(host: str, port: int) -> bool:
-    """Whether Jupyter refuses a request without the token (403), as it must."""
+    """Whether Jupyter refuses a request without the token (403), as it must. The standard
+    library's client: the jar's bundled runtime carries no requests."""
     try:
-        return requests.get(f"http://{host}:{port}/api/status", timeout=PROBE_TIMEOUT_S * 4).status_code == 403
-    except requests.RequestException:
+        with urllib.request.urlopen(f"http://{host}:{port}/api/status", timeout=PROBE_TIMEOUT_S * 4):
+            return False  # answered 2xx without a token
+    except urllib.error.HTTPError as exc:
+        return exc.code == 403
+    except (OSError, ValueError):
         return True  # not answering is not answering without a token; the relay finds out
 
 
