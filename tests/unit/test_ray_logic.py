@@ -232,3 +232,11 @@ def test_dashboards_come_from_callbacks_with_a_plain_http_url_only():
                  "worker:1": {"dashboard_url": "http://h1:1/x", "dashboard_name": "x" * 100}}
     assert dashboards(callbacks) == (("head:0", "Ray dashboard", "http://h0:8265"),
                                      ("worker:1", "dashboard", "http://h1:1/x"))
+
+
+def test_worker_nodes_start_once_the_head_announced_its_node(tmp_path):
+    s = spec(tmp_path, "tony.worker.instances=2")
+    assert frameworks.ready(s, TaskId("head", 0), {})
+    assert not frameworks.ready(s, TaskId("worker", 0), {})
+    assert not frameworks.ready(s, TaskId("worker", 0), {"head:0": {"host": "h0"}})
+    assert frameworks.ready(s, TaskId("worker", 1), {"head:0": {"host": "h0", "dashboard_url": "http://h0:1"}})

@@ -56,5 +56,10 @@ def launch(framework: str, command: str, env: dict[str, str], max_restarts: int,
 
 
 def ready(spec: JobSpec, task: TaskId, callbacks: Callbacks) -> bool:
-    """Whether a task of a complete gang may start now (Horovod's workers wait for the driver)."""
-    return horovod.ready(spec, task, callbacks) if spec.framework == "horovod" else True
+    """Whether a task of a complete gang may start now (Horovod's workers wait for the driver,
+    Ray's worker nodes for the head's)."""
+    if spec.framework == "horovod":
+        return horovod.ready(spec, task, callbacks)
+    if spec.framework == "ray":
+        return ray.ready(spec, task, callbacks)
+    return True

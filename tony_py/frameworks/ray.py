@@ -63,6 +63,13 @@ def plan(spec, cluster, callbacks=None) -> EnvPlan:
     return EnvPlan(env)
 
 
+def ready(spec, task, callbacks: dict) -> bool:
+    """Worker nodes start once the head's node is up (it announced its dashboard): nodes that
+    start together on one busy host miss Ray's 30 s registration window, and a worker started
+    before the head only retries its connection meanwhile."""
+    return task.type != WORKER_TYPE or bool((callbacks or {}).get(f"{HEAD_TYPE}:0", {}).get("dashboard_url"))
+
+
 def resources(role: str, memory_mb: int) -> tuple[int, int]:
     """(Ray's `memory` resource, its object store), in bytes, for a container of memory_mb:
     the object store takes 30 % (at least 80 MiB), Ray's own daemons their measured share, and
