@@ -240,3 +240,22 @@ def test_worker_nodes_start_once_the_head_announced_its_node(tmp_path):
     assert not frameworks.ready(s, TaskId("worker", 0), {})
     assert not frameworks.ready(s, TaskId("worker", 0), {"head:0": {"host": "h0"}})
     assert frameworks.ready(s, TaskId("worker", 1), {"head:0": {"host": "h0", "dashboard_url": "http://h0:1"}})
+
+
+def test_the_head_names_the_worker_nodes_that_did_not_join_in_the_root_cause(tmp_path, monkeypatch):
+    import json
+    import types
+
+    fake = types.SimpleNamespace(init=lambda **kw: None, shutdown=lambda: None,
+                                 nodes=lambda: [{"NodeName": "head:0", "Alive": True},
+                                                {"NodeName": "worker:0", "Alive": True},
+                                                {"NodeName": "worker:1", "Alive": False}])
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    error_file = tmp_path / "error.json"
+    monkeypatch.setenv("TONY_ERROR_FILE", str(error_file))
+    env = {**node_env("head"), ray.WORKERS: "worker:0=h1:7001,worker:1=h0:7002", ray_node.JOIN_TIMEOUT: "0.5"}
+    assert ray_node.wait_for_workers(env) == 1
+    message = json.loads(error_file.read_text())["message"]
+    assert "worker:1 (h0:7002)" in message and "worker:0" not in message and ray_node.JOIN_TIMEOUT in message
+    fake.nodes = lambda: [{"NodeName": n, "Alive": True} for n in ("head:0", "worker:0", "worker:1")]
+    assert ray_node.wait_for_workers(env) == 0

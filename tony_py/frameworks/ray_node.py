@@ -27,6 +27,7 @@ import tempfile
 import time
 
 from tony_py.frameworks import ray as plan
+from tony_py.task import write_error
 
 JOIN_TIMEOUT = "TONY_RAY_JOIN_TIMEOUT_S"
 AGENT_TIMEOUT_MS = 120_000
@@ -36,8 +37,19 @@ EARLY_FAILURE_S = 90.0  # a `ray start` that ends sooner failed to start the nod
 STOP_GRACE_S = 1.0  # the executor's SIGKILL follows its SIGTERM after 2 s
 
 
+class RayClusterError(Exception):
+    """The Ray cluster did not come together: the job's root cause says why."""
+
+
 def log(message: str) -> None:
     print(f"[tony ray] {message}", file=sys.stderr, flush=True)
+
+
+def fail(message: str) -> int:
+    """Log it and put it in the task's error file (the root cause the AM reports); 1."""
+    log(message)
+    write_error(RayClusterError(message))
+    return 1
 
 
 def reserve(names) -> dict[str, socket.socket]:
@@ -187,8 +199,8 @@ def run_head(node: Node) -> int:
         if node.proc.poll() is not None:
             if waiter is not None:
                 waiter.kill()
-            log(f"Ray's head node ended (exit code {node.proc.returncode}) before the workers joined")
-            return 1
+            return fail(f"Ray's head node ended (exit code {node.proc.returncode}) before the workers joined; "
+                        "Ray's output is in this task's stdout and stderr")
         if waiter is None and listening(node.env[plan.HEAD_ADDRESS]):
             waiter = subprocess.Popen([sys.executable, "-m", plan.RUNNER, "wait"], env=node.env)
         if not published and listening(url):
@@ -204,8 +216,7 @@ def run_head(node: Node) -> int:
     try:
         while driver.poll() is None:
             if node.proc.poll() is not None:
-                log(f"Ray's head node ended (exit code {node.proc.returncode}) while the driver ran")
-                return 1
+                return fail(f"Ray's head node ended (exit code {node.proc.returncode}) while the driver ran")
             time.sleep(0.2)
     finally:
         if driver.poll() is None:
@@ -228,8 +239,7 @@ def run_worker(node: Node, deadline: float) -> int:
     head = node.env[plan.HEAD_ADDRESS]
     while not listening(head):
         if time.monotonic() > deadline:
-            log(f"Ray's head at {head} did not answer")
-            return 1
+            return fail(f"Ray's head at {head} did not answer")
         time.sleep(0.5)
     for attempt in range(1, START_ATTEMPTS + 1):
         started = time.monotonic()
@@ -258,8 +268,7 @@ def wait_for_workers(env: dict[str, str]) -> int:
             break
         except Exception as exc:  # noqa: BLE001 - whatever Ray raises while the head is not up yet
             if time.monotonic() > deadline:
-                log(f"could not reach Ray's head at {env[plan.HEAD_ADDRESS]}: {exc}")
-                return 1
+                return fail(f"could not reach Ray's head at {env[plan.HEAD_ADDRESS]}: {exc}")
             time.sleep(0.5)
     try:
         while True:
@@ -269,9 +278,8 @@ def wait_for_workers(env: dict[str, str]) -> int:
                 log(f"all {len(expected)} Ray worker node(s) joined")
                 return 0
             if time.monotonic() > deadline:
-                log(f"Ray worker node(s) did not join the head within {timeout:.0f} s: "
-                    + ", ".join(f"{name} ({expected[name]})" for name in missing))
-                return 1
+                return fail(f"Ray worker node(s) did not join the head within {timeout:.0f} s "
+                            f"({JOIN_TIMEOUT}): " + ", ".join(f"{name} ({expected[name]})" for name in missing))
             time.sleep(0.3)
     finally:
         ray.shutdown()
