@@ -34,7 +34,7 @@ AGENT_TIMEOUT_MS = 120_000
 DEFAULT_JOIN_TIMEOUT_S = 300.0
 START_ATTEMPTS = 3
 EARLY_FAILURE_S = 90.0  # a `ray start` that ends sooner failed to start the node
-STOP_GRACE_S = 1.0  # the executor's SIGKILL follows its SIGTERM after 2 s
+STOP_GRACE_S = 0.5  # the executor's SIGKILL follows its SIGTERM after 2 s
 
 
 class RayClusterError(Exception):
@@ -106,24 +106,27 @@ def descendants(root: int) -> list[int]:
     return out
 
 
-def kill_descendants() -> int:
-    """SIGKILL whatever still runs below this process, and reap it; how many there were."""
-    found = descendants(os.getpid())
-    for pid in found:
+def kill_descendants(within_s: float = 1.5) -> int:
+    """SIGKILL whatever runs below this process, again until nothing is left (a dying raylet may
+    still fork a worker, which is then re-parented here), and reap it; how many were killed."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + within_s
+    while True:
+        found = [pid for pid in descendants(os.getpid()) if pid not in killed]
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        killed.update(found)
         try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline:
-        try:
-            if os.waitpid(-1, os.WNOHANG) == (0, 0):
-                if not descendants(os.getpid()):
-                    break
-                time.sleep(0.05)
+            while os.waitpid(-1, os.WNOHANG) != (0, 0):
+                pass
         except ChildProcessError:
-            break
-    return len(found)
+            pass
+        if not descendants(os.getpid()) or time.monotonic() > deadline:
+            return len(killed)
+        time.sleep(0.05)
 
 
 def exit_status(code: int) -> int:
