@@ -44,6 +44,8 @@ CASES = {
     "node label no node carries": (["--conf", "tony.worker.node-label=tpu"], "tony.worker.node-label"),
     "launch-unsafe AM python": (["--conf", 'tony.am.python=py"thon'], "tony.am.python"),
     "torchrun outside pytorch": (["--conf", "tony.worker.nproc-per-node=2"], "tony.worker.nproc-per-node"),
+    "ray job with a ps": (["--conf", "tony.application.framework=ray", "--conf", "tony.ps.instances=1"],
+                          "tony.ps.instances"),
 }
 
 

@@ -61,6 +61,7 @@ function render(s) {
   fact('application', s.app_id); fact('state', s.state); fact('user', s.user); fact('queue', s.queue);
   fact('started', when(s.started_at)); fact('running for', s.started_at ? dur((s.finished_at || now) - s.started_at) : '');
   fact('AM log', link(s.am_log_url, 'am.log')); fact('TensorBoard', link(s.tensorboard_url, s.tensorboard_url));
+  for (const d of s.dashboards || []) fact(d.name, link(d.url, d.url));
   if (s.detail) fact('note', s.detail);
   kids.push(section('Job', facts, 'job'));
   if (s.root_cause && s.final_status && s.final_status !== 'SUCCEEDED') {

@@ -60,6 +60,7 @@ def status(view: JobView, log_url: LogUrl) -> dict:
         "messages": list(view.messages),
         "stage": view.stage,
         "tensorboard_url": view.tensorboard_url,
+        "dashboards": [{"task": task, "name": name, "url": url} for task, name, url in view.dashboards],
         "queue": view.spec.queue,
         "started_at": view.started_at,
         "events": list(view.events),

@@ -38,7 +38,7 @@ from tony_py.am.policy import Decision
 from tony_py.am.tasks import Task
 from tony_py.config.spec import JobSpec, TaskId
 from tony_py.job.records import TaskState
-from tony_py.job.view import JobView, TaskView
+from tony_py.job.view import JobView, TaskView, dashboards
 
 EVENTS_SHOWN = 100  # the status page's timeline; the history file has every event
 
@@ -159,7 +159,8 @@ class Job:
                 message=self.decision.message if self.decision else "", attempt=self.attempt,
                 restarts_used=self.restarts_used, infra_restarts_used=self.infra_restarts_used,
                 preemptions=self.preemptions, started_at=self.started_at, stage=self.stage,
-                tensorboard_url=self.tensorboard_url, failures=tuple(self.failures),
+                tensorboard_url=self.tensorboard_url, dashboards=dashboards(self.callbacks),
+                failures=tuple(self.failures),
                 tasks=tuple(_task_view(t) for t in self.tasks.values()), timeline=dict(self.timeline),
                 events=tuple(list(self.events.recent)[-EVENTS_SHOWN:]), messages=tuple(self.events.lines(20)))
 

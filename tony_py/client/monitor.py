@@ -168,13 +168,18 @@ class Monitor:
                      task_table(self.job.am_status, time.time()))
 
     def _once(self, say) -> None:
-        """Things said once: the tracking URL, TensorBoard, a new AM attempt, a startup kill."""
+        """Things said once: the tracking URL, TensorBoard, a task's dashboard (Ray's), a new AM
+        attempt, a startup kill."""
         r, s = self.job.report, self.job.am_status or {}
         for key, text in (("tracking", r.get("tracking_url") and f"tracking URL: {r['tracking_url']}"),
                           ("tensorboard", s.get("tensorboard_url") and f"TensorBoard: {s['tensorboard_url']}")):
             if text and key not in self._printed:
                 self._printed.add(key)
                 say(text)
+        for d in s.get("dashboards") or []:
+            if f"dashboard {d.get('url')}" not in self._printed:
+                self._printed.add(f"dashboard {d.get('url')}")
+                say(f"{d.get('name')}: {d.get('url')}")
         for failure in s.get("failures") or []:
             # A failure that a restart follows is over before the next poll: its state in the table
             # (FAILED, PREEMPTED) would never be seen. Each is said once, as it happened.

@@ -12,8 +12,8 @@ import re
 import shlex
 
 from tony_py.config.layers import TonyConf
-from tony_py.config.shapes import groups, horovod_types, image_of, mounts, stages, tensorboard_type, with_dependencies, \
-    with_image
+from tony_py.config.shapes import (RAY_WORKER_TYPE, groups, horovod_types, image_of, mounts, ray_types, stages,
+                                   tensorboard_type, with_dependencies, with_image)
 from tony_py.config.spec import (CACHE_VISIBILITIES, DISTRIBUTED_MODES, FRAMEWORKS, GPU_ASSIGNMENTS, HOROVOD_DRIVER_TYPE,
                                  MAX_INSTANCES, MAX_NPROC_PER_NODE, SINGLE_NODE_TYPE, TENSORBOARD_TYPE, TYPE_NAME,
                                  TYPE_ORDER, JobSpec, Resources, TaskType)
@@ -33,7 +33,8 @@ RANKED_FRAMEWORKS = ("pytorch", "jax")  # one rank (process) per trainer task
 # Frameworks whose task env is a function of the cluster view alone: a smaller gang gets a view
 # without the missing tasks, and every rank, WORLD_SIZE and TF_CONFIG follows from it.
 ELASTIC_FRAMEWORKS = ("tensorflow", "pytorch", "jax")
-GANG_ONLY = {"horovod": "its workers start together", "jax": "every process joins one coordinator"}
+GANG_ONLY = {"horovod": "its workers start together", "jax": "every process joins one coordinator",
+             "ray": "the worker nodes join the head at the address the complete gang's spec names"}
 
 
 def _type_sort_key(name: str) -> tuple[int, str]:
@@ -100,6 +101,7 @@ def _build_job_spec(conf: TonyConf, python: str) -> JobSpec:
     _check_labels_with_placement(spec)
     _check_framework(spec)
     _check_torchrun(spec, python)
+    _check_ray(spec, conf, python)
     spec.validate()
     return spec
 
@@ -121,6 +123,9 @@ def _types(conf: TonyConf, framework: str, am: Resources, python: str) -> tuple[
             raise ConfigError(f"tony.{name}.instances", f"{instances} instances exceed tony.{name}.max-instances={limit}")
         if instances and not (name == TENSORBOARD_TYPE and tb_log_dir):  # the sidecar's count is forced to 1
             types.append(_task_type(conf, name, instances, default_command))
+    if framework == "ray":
+        types = ray_types(conf, types, lambda name, count: _task_type(conf, name, count, default_command))
+        untracked.add(RAY_WORKER_TYPE)  # the driver's end ends the job; the AM then stops the workers
     single_node = not types
     if single_node:
         # TonY: with no tony.<type>.instances the AM's container runs the command itself.
@@ -316,6 +321,18 @@ def _check_framework(spec: JobSpec) -> None:
     if not spec.tracked_tasks():
         raise ConfigError("tony.application.untracked.jobtypes",
                           "every job type is untracked, so the job could never finish; track at least one")
+
+
+def _check_ray(spec: JobSpec, conf: TonyConf, python: str) -> None:
+    """A ray task runs a Ray node with the command's own interpreter (frameworks/ray.py), so
+    the head's command must start with it."""
+    if spec.framework != "ray":
+        return
+    key = "tony.head.command" if text_of(conf, "tony.head.command") else "tony.containers.command"
+    try:
+        check_command(spec.command_for("head"), (shlex.split(python) or [None])[0])
+    except ValueError as exc:
+        raise ConfigError(key, f"a ray job's driver {str(exc).replace('torchrun runs', 'Ray runs')}") from None
 
 
 def _check_torchrun(spec: JobSpec, python: str) -> None:

@@ -8,7 +8,8 @@ import re
 
 from tony_py.config import checks
 from tony_py.config.layers import TonyConf
-from tony_py.config.spec import HOROVOD_DRIVER_TYPE, TENSORBOARD_TYPE, TYPE_NAME, DependencyTimeout, JobSpec, Resources, TaskType
+from tony_py.config.spec import (HOROVOD_DRIVER_TYPE, RAY_HEAD_TYPE, TENSORBOARD_TYPE, TYPE_NAME, DependencyTimeout,
+                                 JobSpec, Resources, TaskType)
 from tony_py.config.values import bool_of, int_of, list_of, resources_of, text_of
 from tony_py.errors import ConfigError
 
@@ -106,6 +107,29 @@ def horovod_types(conf: TonyConf, types: list[TaskType], debug: bool, python: st
                                   "driver itself (set tony.horovod.driver.mode.debug=true to run your own)")
     driver = TaskType(HOROVOD_DRIVER_TYPE, 1, Resources(2048, 1), command=f"{python} -m {HOROVOD_DRIVER_MODULE}")
     return types + [driver]
+
+
+RAY_WORKER_TYPE = "worker"
+
+
+def ray_types(conf: TonyConf, types: list[TaskType], make_type) -> list[TaskType]:
+    """A ray job: one `head` task (added when tony.head.instances is not set; tony.head.* size
+    it), which runs Ray's head node and the command as the driver, and `worker` tasks, which
+    run Ray worker nodes and nothing of their own. make_type(name, instances) builds a type
+    from its tony.<type>.* keys."""
+    names = [t.name for t in types]
+    for t in types:
+        if t.name not in (RAY_HEAD_TYPE, RAY_WORKER_TYPE):
+            raise ConfigError(f"tony.{t.name}.instances", f"a ray job has a head and workers only; set "
+                                                          f"tony.worker.instances for Ray's worker nodes, not {t.name}")
+    if RAY_HEAD_TYPE in names and types[names.index(RAY_HEAD_TYPE)].instances != 1:
+        raise ConfigError("tony.head.instances", "a ray job has exactly one head (allowed: 1)")
+    if RAY_WORKER_TYPE in names and text_of(conf, "tony.worker.command"):
+        raise ConfigError("tony.worker.command", "a ray worker task runs Ray's worker node, not a command of its "
+                                                 "own; the driver (--executes) runs on the head")
+    if RAY_HEAD_TYPE not in names:
+        types = [make_type(RAY_HEAD_TYPE, 1), *types]
+    return sorted(types, key=lambda t: t.name != RAY_HEAD_TYPE)
 
 
 def image_of(conf: TonyConf, type_name: str) -> str:

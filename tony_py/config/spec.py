@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from tony_py.config.model import Checked, ModelError
 
-FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "jax", "standalone")
+FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "jax", "ray", "standalone")
 DISTRIBUTED_MODES = ("GANG", "FCFS")
 CACHE_VISIBILITIES = ("PRIVATE", "PUBLIC")
 GPU_ASSIGNMENTS = ("auto", "none")
@@ -24,6 +24,7 @@ SINGLE_NODE_TYPE = "driver"  # the one task of a single-node job, run in the AM'
 TENSORBOARD_TYPE = "tensorboard"
 NOTEBOOK_TYPE = "notebook"  # TonY's notebook job type: `tony notebook` runs one task of it
 HOROVOD_DRIVER_TYPE = "driver"
+RAY_HEAD_TYPE = "head"  # a ray job's head node, which runs the driver: its chief
 # Job types in the order their tasks are listed (and ranked, for PyTorch).
 TYPE_ORDER = ("chief", "master", "worker", "evaluator", "ps")
 TYPE_NAME = re.compile(r"^[a-z]+$")
@@ -214,8 +215,11 @@ class JobSpec(Checked):
         return [TaskId(t.name, i) for t in self.types for i in range(t.instances)]
 
     def chief(self) -> TaskId:
-        """TonY's rule: `chief:0` if there is a chief type, else `worker:0`."""
+        """TonY's rule: `chief:0` if there is a chief type, else `worker:0`; a ray job's is its
+        head, which runs the driver."""
         names = self.type_names()
+        if self.framework == "ray" and RAY_HEAD_TYPE in names:
+            return TaskId(RAY_HEAD_TYPE, 0)
         if CHIEF_TYPE in names:
             return TaskId(CHIEF_TYPE, 0)
         if "worker" in names:

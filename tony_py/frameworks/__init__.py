@@ -6,7 +6,7 @@ that registered for the current attempt. Each framework module exposes
 computed once per view, and `plan.env(task)` is then cheap for each task (a 2,000-task gang is
 served in one pass, not 2,000 passes over the cluster). The AM builds the plan when it serves
 the spec. The executor then asks `launch` what the task's process runs (PyTorch may wrap the
-command in torchrun).
+command in torchrun; a Ray task runs a Ray node, and the head the command as its driver).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Callable
 
 from tony_py.config.spec import JobSpec, TaskId
-from tony_py.frameworks import horovod, jax, mxnet, pytorch, standalone, tensorflow
+from tony_py.frameworks import horovod, jax, mxnet, pytorch, ray, standalone, tensorflow
 from tony_py.frameworks.envplan import EnvPlan, expand
 
 ClusterView = dict[str, list[str]]
@@ -27,6 +27,7 @@ _PLANS: dict[str, PlanBuilder] = {
     "horovod": horovod.plan,
     "mxnet": mxnet.plan,
     "jax": jax.plan,
+    "ray": ray.plan,
     "standalone": standalone.plan,
 }
 
@@ -49,9 +50,16 @@ def launch(framework: str, command: str, env: dict[str, str], max_restarts: int,
     executor's last step."""
     if framework == "pytorch":
         return pytorch.launch(command, env, max_restarts, workdir)
+    if framework == "ray":
+        return ray.launch(command, env)
     return command, env
 
 
 def ready(spec: JobSpec, task: TaskId, callbacks: Callbacks) -> bool:
-    """Whether a task of a complete gang may start now (Horovod's workers wait for the driver)."""
-    return horovod.ready(spec, task, callbacks) if spec.framework == "horovod" else True
+    """Whether a task of a complete gang may start now (Horovod's workers wait for the driver,
+    Ray's worker nodes for the head's)."""
+    if spec.framework == "horovod":
+        return horovod.ready(spec, task, callbacks)
+    if spec.framework == "ray":
+        return ray.ready(spec, task, callbacks)
+    return True

@@ -6,6 +6,7 @@ status page, status.json (tony_py/am/report.py) and the history's job.json
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from tony_py.config.spec import JobSpec
@@ -48,9 +49,29 @@ class JobView:
     messages: tuple[str, ...] = ()
     infra_restarts_used: int = 0  # restarts after preemption or a lost node (not the user's retries)
     preemptions: int = 0
+    dashboards: tuple[tuple[str, str, str], ...] = ()  # (task, name, url) of web UIs tasks serve (Ray's)
 
     def root_cause(self) -> Failure | None:
         return root_cause(self.failures)
+
+
+_DASHBOARD_URL = re.compile(r"^https?://[A-Za-z0-9.\-\[\]:]+(/[A-Za-z0-9._~/\-]*)?$")
+MAX_DASHBOARD_NAME = 40
+
+
+def dashboards(callbacks: dict[str, dict]) -> tuple[tuple[str, str, str], ...]:
+    """(task, name, url) of every web UI a task announced in its callback file
+    ({"dashboard_url": ..., "dashboard_name": ...}: Ray's head does). The page links them, so
+    only a plain http(s) address to a host is taken, and a short printable name."""
+    out = []
+    for task, info in sorted(callbacks.items()):
+        url, name = info.get("dashboard_url"), info.get("dashboard_name") or "dashboard"
+        if not isinstance(url, str) or not _DASHBOARD_URL.match(url):
+            continue
+        if not isinstance(name, str) or not name.isprintable() or len(name) > MAX_DASHBOARD_NAME:
+            name = "dashboard"
+        out.append((task, name, url))
+    return tuple(out)
 
 
 def root_cause(failures) -> Failure | None:

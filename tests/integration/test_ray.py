@@ -1,0 +1,67 @@
+"""Ray on YARN: tony.application.framework=ray starts Ray's head node in the head task and a
+Ray worker node in each worker task, all on this one host (the local cluster's NodeManagers
+share 127.0.0.1), runs the script as the Ray driver on the head, and ends with its exit code."""
+
+import json
+from urllib.parse import urlparse
+
+import psutil
+import requests
+
+from support import JOBS, PYTHON, wait_for
+
+MB = 1 << 20
+
+
+def ray_processes(app_id: str) -> list[str]:
+    """Processes still running in one of the application's container dirs."""
+    out = []
+    for proc in psutil.process_iter(["cmdline", "cwd"]):
+        try:
+            if f"/appcache/{app_id}/" in (proc.info.get("cwd") or ""):
+                out.append(f"{proc.pid}: {' '.join(proc.info.get('cmdline') or [])[:100]}")
+        except psutil.Error:
+            continue
+    return out
+
+
+def test_a_ray_driver_runs_on_the_head_and_its_tasks_on_every_worker_node(tony, cluster, tmp_path):
+    out, seen = tmp_path / "out", tmp_path / "dashboard-seen"
+    run = tony("--src_dir", str(JOBS), "--executes", "ray_probe.py", "--python_binary_path", PYTHON,
+               "--task_params", f"--out {out} --wait_for {seen} --exit_code 3",
+               "--conf", "tony.application.framework=ray", "--conf", "tony.am.memory=512m",
+               "--conf", "tony.worker.instances=2", "--conf", "tony.head.memory=2g",
+               "--conf", "tony.worker.memory=1536m", "--conf", "tony.am.wait-client-signal-stop-timeout-sec=0",
+               "--detach")
+    assert run.rc == 0, run.output[-3000:]
+    app_id = run.app_id
+    # the AM page links Ray's dashboard, which answers on the head's own address
+    status = wait_for(lambda: (s := cluster.am_status(app_id)) and s.get("dashboards") and s, 120,
+                      "the Ray dashboard on the AM's status")
+    [dashboard] = status["dashboards"]
+    assert dashboard["name"] == "Ray dashboard" and dashboard["task"] == "head:0", dashboard
+    assert urlparse(dashboard["url"]).hostname == status_host(status, "head:0")
+    assert requests.get(dashboard["url"], timeout=10).ok
+    seen.touch()
+    wait_for(lambda: cluster.app(app_id)["state"] == "FINISHED", 120, "the Ray job to finish")
+    app = cluster.app(app_id)
+    # the driver's exit code is the job's result
+    assert app["finalStatus"] == "FAILED" and "head:0" in app["diagnostics"] and "exit code 3" in app["diagnostics"], \
+        app["diagnostics"]
+    record = json.loads((out / "ray.json").read_text())
+    # one remote task on each of the three Ray nodes, each in its own YARN container
+    assert sorted(t["node"] for t in record["tasks"]) == ["head:0", "worker:0", "worker:1"], record
+    containers = {t["container"] for t in record["tasks"]}
+    assert len(containers) == 3 and all(c.startswith("container_") for c in containers)
+    assert record["driver_container"] in containers
+    assert record["RAY_ADDRESS"].rpartition(":")[2].isdigit()
+    # Ray's view of each node is its container's, not the host's
+    head, worker = record["nodes"]["head:0"], record["nodes"]["worker:1"]
+    assert head["cpus"] == worker["cpus"] == 1
+    assert head["object_store"] == int(2048 * 0.3) * MB and worker["object_store"] == int(1536 * 0.3) * MB
+    # nothing of Ray outlives the job
+    wait_for(lambda: not ray_processes(app_id), 30, "no process left in the job's containers")
+
+
+def status_host(status: dict, task: str) -> str:
+    return next(t["host"] for t in status["tasks"] if t["name"] == task)
