@@ -116,3 +116,56 @@ def test_a_dag_run_killed_mid_run_leaves_no_application(airflow, cluster):
     left = wait_clean(cluster, timeout=10)
     assert not left["apps"] and not left["staging"], left
     print(f"killed and gone {time.monotonic() - started:.1f} s after SIGTERM")
+
+
+KILL_RACES = """
+import sys
+from tony_py import api
+from tony_py.airflow.operator import TonyOperator
+
+
+class Job:  # what api.submit and api.attach hand back, reduced to what the operator touches
+    app_id, tracking_url, warnings, report = "application_1_0001", None, [], {"state": "RUNNING"}
+    kills = []
+
+    def kill(self, reason): Job.kills.append(reason)
+    def refresh(self): return self.report
+    def close(self): pass
+    def __enter__(self): return self
+    def __exit__(self, *exc): pass
+
+
+op = TonyOperator(task_id="train", executes="train.py")
+if sys.argv[1] == "kill-during-submit":
+    def submit(**kwargs):
+        op.on_kill()  # the task's SIGTERM while the submit is still under way: no job to kill yet
+        return Job()
+    api.submit = submit
+    try:
+        op.execute({"ti": None})
+    except Exception as exc:
+        print("raised", type(exc).__name__)
+else:  # the trigger lost track of the application: a retry must not run beside it
+    api.attach = lambda app_id: Job()
+    try:
+        op.execute_complete({"ti": None}, {"app_id": "application_1_0001", "error": "no RM for 120 s"})
+    except Exception as exc:
+        print("raised", type(exc).__name__)
+print("kills", len(Job.kills))
+"""
+
+
+@pytest.mark.parametrize("race,raised", [("kill-during-submit", "AirflowFailException"),
+                                          ("trigger-lost-track", "AirflowException")])
+def test_the_application_is_killed_whenever_the_operator_lets_go_of_it(race, raised, tmp_path):
+    """Real Airflow classes, a stand-in for the job: a kill that came before there was a job to
+    kill, and a trigger that lost the RM, each kill the application once before the task ends."""
+    if not AIRFLOW.exists():
+        pytest.fail(f"{AIRFLOW} is missing: scripts/bootstrap creates it (scripts/bootstrap --airflow alone)")
+    script = tmp_path / "races.py"
+    script.write_text(KILL_RACES)
+    run = subprocess.run([str(AIRFLOW.parent / "python"), str(script), race], capture_output=True, text=True,
+                         timeout=120, env={"PATH": "/usr/bin:/bin", "AIRFLOW_HOME": str(tmp_path),
+                                           "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert f"raised {raised}\nkills 1" in run.stdout, run.stdout + run.stderr[-3000:]

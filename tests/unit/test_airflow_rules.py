@@ -23,8 +23,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_operator_takes_exactly_api_submits_keyword_arguments():
-    assert SUBMIT_ARGS == tuple(inspect.signature(api.submit).parameters)
     assert {"executes", "src_dir", "conf", "python_binary_path", "local"} <= set(SUBMIT_ARGS)
+    # its templated fields (read from operator.py, which needs airflow to import) are all submit's
+    tree = ast.parse((ROOT / "tony_py" / "airflow" / "operator.py").read_text())
+    fields = next(ast.literal_eval(node.value) for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                  and any(getattr(t, "id", None) == "template_fields" for t in node.targets))
+    assert fields and set(fields) <= set(inspect.signature(api.submit).parameters)
+
+
+def test_the_trigger_asks_the_rm_the_job_was_submitted_to_first(tmp_path):
+    from tony_py.airflow.rules import rm_urls
+
+    (tmp_path / "yarn-site.xml").write_text(
+        "<configuration><property><name>yarn.resourcemanager.webapp.address</name><value>rm1:8088</value>"
+        "</property></configuration>")
+    assert rm_urls("http://rm9:18088/proxy/application_1_0001/", str(tmp_path)) == ["http://rm9:18088",
+                                                                                    "http://rm1:8088"]
+    assert rm_urls("http://rm1:8088/proxy/application_1_0001/", str(tmp_path)) == ["http://rm1:8088"]
+    assert rm_urls(None, str(tmp_path)) == ["http://rm1:8088"]
 
 
 def test_only_the_operator_and_the_trigger_import_airflow():

@@ -16,7 +16,8 @@ from airflow.sdk import BaseOperator, conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from tony_py import api
-from tony_py.airflow.rules import (SUBMIT_ARGS, FollowState, Verdict, check_arguments, job_verdict, rm_web_urls,
+from tony_py.airflow.follow import rm_app
+from tony_py.airflow.rules import (SUBMIT_ARGS, FollowState, Verdict, check_arguments, job_verdict, rm_urls,
                                    submit_verdict, task_lines)
 from tony_py.airflow.trigger import RM_UNREACHABLE_S, TonyTrigger
 from tony_py.client.job import FINAL_STATES
@@ -44,7 +45,8 @@ class TonyOperator(BaseOperator):
         self.deferrable = deferrable
         self.poll_interval = float(poll_interval)
         self._job = None
-        self._killed = False
+        self._killed = False  # on_kill was called
+        self._kill_sent = False  # a kill of the application was sent (once is enough)
 
     # ---- submit and follow ------------------------------------------------------------------------
     def execute(self, context) -> str:
@@ -55,15 +57,18 @@ class TonyOperator(BaseOperator):
         self._job = job
         follow_state = None
         try:
+            if self._killed:  # on_kill came while submitting, before there was a job to kill
+                raise AirflowFailException("the task was killed while it submitted; the application is killed")
             context["ti"].xcom_push(key="app_id", value=job.app_id)
             self.log.info("submitted %s; tracking URL: %s", job.app_id, job.tracking_url)
             for warning in job.warnings:
                 self.log.warning("%s", warning)
-            if self.deferrable and not self._killed:
-                follow_state = FollowState(job.app_id, rm_web_urls(), self.poll_interval, job.handover()["secret"])
-            else:
+            if self.deferrable:
+                follow_state = self._follow_state(job)
+            if follow_state is None:
                 self._follow(job)
-                job.cleanup()
+                if job.report.get("state") in FINAL_STATES:  # not after a kill: Job.kill cleans up itself
+                    job.cleanup()
         except BaseException:
             # lost track of it (the RM unreachable too long), a failure here, or the task is
             # ending: no second copy may run beside a retry, so the application goes too
@@ -73,10 +78,24 @@ class TonyOperator(BaseOperator):
             self._job = None
             job.close()  # the client's JVM; a deferred application runs on
         if follow_state is not None:
+            if self._killed:  # killed between the submit's end and the deferral
+                self._kill_detached(job.app_id, "the Airflow task was killed")
+                raise AirflowFailException("the task was killed; the application is killed")
             self.defer(trigger=TonyTrigger(**follow_state.to_kwargs()), method_name="execute_complete")
         report = job.report
         return self._end(context, job.app_id, report.get("final_status"), job.am_status,
                          report.get("diagnostics") or "")
+
+    def _follow_state(self, job) -> FollowState | None:
+        """What the trigger needs, if it can see the application from here (the RM's REST API
+        without Kerberos' SPNEGO); None: the job is followed in this worker slot instead."""
+        state = FollowState(job.app_id, rm_urls(job.tracking_url), self.poll_interval, job.handover()["secret"])
+        try:
+            rm_app(state.rm_urls, job.app_id)
+            return state
+        except OSError as exc:
+            self.log.warning("cannot follow %s without a worker slot (%s): following it here", job.app_id, exc)
+            return None
 
     def _follow(self, job) -> None:
         seen: dict[str, list] = {}
@@ -101,6 +120,8 @@ class TonyOperator(BaseOperator):
     def execute_complete(self, context, event: dict) -> str:
         """Back from the trigger: the same end as the synchronous path."""
         if event.get("error"):
+            # a retry must not run beside a copy nobody follows any more: it goes first
+            self._kill_detached(event.get("app_id"), f"the trigger lost track of it: {event['error']}")
             self._fail(Verdict(False, True, 1, f"lost track of {event.get('app_id')}: {event['error']}"), "")
         context["ti"].xcom_push(key="app_id", value=event["app_id"])
         return self._end(context, event["app_id"], event.get("final_status"), event.get("am_status"),
@@ -128,17 +149,32 @@ class TonyOperator(BaseOperator):
         raise AirflowFailException(verdict.reason)
 
     def _kill_quietly(self, job) -> None:
-        if not self._killed and (job.report or {}).get("state") not in FINAL_STATES:
+        if not self._kill_sent and (job.report or {}).get("state") not in FINAL_STATES:
+            self._kill_sent = True
             try:
                 job.kill("the Airflow task ended before the application")
             except Exception as exc:  # noqa: BLE001 - the original error matters more
                 self.log.warning("could not kill %s: %s", job.app_id, exc)
+
+    def _kill_detached(self, app_id: str | None, reason: str) -> None:
+        """Kill an application this process no longer holds a client for (through a new one)."""
+        if not app_id or self._kill_sent:
+            return
+        self._kill_sent = True
+        try:
+            with api.attach(app_id) as job:
+                if (job.refresh() or {}).get("state") not in FINAL_STATES:
+                    self.log.warning("killing %s: %s", app_id, reason)
+                    job.kill(reason)
+        except Exception as exc:  # noqa: BLE001 - the failure being reported matters more
+            self.log.warning("could not kill %s: %s", app_id, exc)
 
     def on_kill(self) -> None:
         """The task was killed (SIGTERM to the task process): kill the application and wait
         until YARN has ended it, then remove its staging dir (Job.kill)."""
         self._killed = True
         job = self._job
-        if job is not None:
+        if job is not None and not self._kill_sent:
+            self._kill_sent = True
             self.log.warning("killing %s", job.app_id)
             job.kill("the Airflow task was killed")

@@ -150,6 +150,17 @@ def rm_web_urls(conf_dir: str | None = None) -> list[str]:
     return urls
 
 
+def rm_urls(tracking_url: str | None, conf_dir: str | None = None) -> list[str]:
+    """Where the trigger asks YARN: first the RM the job was submitted to (its tracking URL's
+    origin: the client JVM's effective configuration, with any --conf yarn.* override), then
+    every RM yarn-site.xml names (an HA pair's other one)."""
+    urls = []
+    if tracking_url and "://" in tracking_url:
+        scheme, rest = tracking_url.split("://", 1)
+        urls.append(f"{scheme}://{rest.split('/', 1)[0]}")
+    return urls + [u for u in rm_web_urls(conf_dir) if u not in urls]
+
+
 @dataclass
 class FollowState:
     """What the trigger needs to follow an application from any triggerer: it travels through
