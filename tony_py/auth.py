@@ -89,6 +89,7 @@ class _Mac:
 
 
 NOTEBOOK_TOKEN_PURPOSE = "jupyter-token"
+RAY_TOKEN_PURPOSE = "ray-token"
 
 
 def derived_token(secret: str, purpose: str) -> str:

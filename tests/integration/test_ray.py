@@ -42,6 +42,8 @@ def test_a_ray_driver_runs_on_the_head_and_its_tasks_on_every_worker_node(tony, 
     assert dashboard["name"] == "Ray dashboard" and dashboard["task"] == "head:0", dashboard
     assert urlparse(dashboard["url"]).hostname == status_host(status, "head:0")
     assert requests.get(dashboard["url"], timeout=10).ok
+    # Ray's token authentication is on: its Jobs API (which runs code) refuses a stranger
+    assert requests.get(dashboard["url"].rstrip("/") + "/api/jobs/", timeout=10).status_code in (401, 403)
     seen.touch()
     wait_for(lambda: cluster.app(app_id)["state"] == "FINISHED", 120, "the Ray job to finish")
     app = cluster.app(app_id)
@@ -55,6 +57,7 @@ def test_a_ray_driver_runs_on_the_head_and_its_tasks_on_every_worker_node(tony, 
     assert len(containers) == 3 and all(c.startswith("container_") for c in containers)
     assert record["driver_container"] in containers
     assert record["RAY_ADDRESS"].rpartition(":")[2].isdigit()
+    assert record["RAY_AUTH_MODE"] == "token"  # and the driver, with the derived token, got in
     # Ray's view of each node is its container's, not the host's
     head, worker = record["nodes"]["head:0"], record["nodes"]["worker:1"]
     assert head["cpus"] == worker["cpus"] == 1

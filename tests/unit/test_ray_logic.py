@@ -259,3 +259,40 @@ def test_the_head_names_the_worker_nodes_that_did_not_join_in_the_root_cause(tmp
     assert "worker:1 (h0:7002)" in message and "worker:0" not in message and ray_node.JOIN_TIMEOUT in message
     fake.nodes = lambda: [{"NodeName": n, "Alive": True} for n in ("head:0", "worker:0", "worker:1")]
     assert ray_node.wait_for_workers(env) == 0
+
+
+def test_the_node_runner_imports_with_the_standard_library_alone():
+    """It runs in the user's environment, where TonY-py's own packages (defusedxml, ...) are not
+    on the path: importing it must need nothing but tony_py itself."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import tony_py.frameworks.ray_node; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('defusedxml', 'rich', 'requests', 'py4j')))")
+    run = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(root)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]"
+
+
+def test_bad_ray_sizes_and_shapes_are_refused_naming_the_key(tmp_path):
+    from tony_py.config.build import build_job_spec
+    from tony_py.config.layers import load_conf
+    from tony_py.errors import ConfigError
+
+    def build(*pairs):
+        conf = load_conf(None, ["tony.application.framework=ray", "tony.containers.command=python d.py",
+                                "tony.worker.instances=1", *pairs], env={}, cwd=tmp_path)
+        return build_job_spec(conf, python="python")
+
+    build()  # the defaults fit
+    for pairs, key in ((["tony.worker.memory=256m"], "tony.worker.memory"),
+                       (["tony.head.memory=512m"], "tony.head.memory"),
+                       (["tony.application.prepare-stage=head", "tony.application.training-stage=worker"],
+                        "tony.application.prepare-stage"),
+                       (["tony.execution.envs=TONY_RAY_JOIN_TIMEOUT_S=5m"], "tony.execution.envs"),
+                       (["tony.execution.envs=TONY_RAY_JOIN_TIMEOUT_S=nan"], "tony.execution.envs")):
+        with pytest.raises(ConfigError) as err:
+            build(*pairs)
+        assert key in str(err.value)

@@ -10,17 +10,21 @@ state while the job is small enough to read them.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from tony_py.auth import RAY_TOKEN_PURPOSE, derived_token
 from tony_py.client.job import FINAL_STATES, WAITING_STATES, Job
 from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK
+from tony_py.paths import cache_dir, private_dir
 
 MAX_ROWS = 40  # beyond this many tasks, one row (and no plain line) per job type
 PLAIN_EVERY_S = 5.0
@@ -115,6 +119,17 @@ def changed_task_lines(seen: dict[str, list], tasks: list[dict], attempt: bool =
     return lines
 
 
+def write_private(name: str, lines: list[str]) -> Path:
+    """The lines in a file only this user can read (TonY-py's private cache): a token for the
+    user that must not go into an output that may be a stored log."""
+    folder = private_dir(cache_dir() / "tokens")
+    path = folder / f"{name}.txt"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
 class Monitor:
     def __init__(self, job: Job, quiet: bool = False, out=sys.stdout, poll_s: float = 0.5,
                  startup_timeout_ms: int = 0):
@@ -126,6 +141,7 @@ class Monitor:
         self.started = time.monotonic()
         self.killed = False
         self._seen: dict[str, list] = {}
+        self._private_files: list[Path] = []
         self._attempt = 0
         self._printed: set[str] = set()
         self._last_summary = ("", "", 0.0)
@@ -160,6 +176,7 @@ class Monitor:
         finally:
             if live:
                 live.stop()
+            self.forget_private_files()  # the job is over: its tokens open nothing any more
         return self._final()
 
     def _view(self):
@@ -180,6 +197,8 @@ class Monitor:
             if f"dashboard {d.get('url')}" not in self._printed:
                 self._printed.add(f"dashboard {d.get('url')}")
                 say(f"{d.get('name')}: {d.get('url')}")
+                if s.get("framework") == "ray":
+                    say(self._ray_token_line())
         for failure in s.get("failures") or []:
             # A failure that a restart follows is over before the next poll: its state in the table
             # (FAILED, PREEMPTED) would never be seen. Each is said once, as it happened.
@@ -196,6 +215,30 @@ class Monitor:
                 say(f"AM attempt {self._attempt} ended; YARN started AM attempt {attempt}")
             self._attempt = attempt
         self._check_startup(say)
+
+    def _ray_token_line(self) -> str:
+        """Ray runs with token authentication, its token derived from the app secret (the
+        executor's taskenv.py): the dashboard asks for it."""
+        handover = getattr(self.job, "handover", None)
+        if handover is None:
+            return "  it asks for Ray's token: $RAY_AUTH_TOKEN in the job's tasks"
+        token = derived_token(handover()["secret"], RAY_TOKEN_PURPOSE)
+        if hasattr(self.out, "isatty") and self.out.isatty():
+            return f"  its token (Ray's token authentication): {token}"
+        path = self.keep_private(f"{self.job.app_id}-ray", [f"Ray's token for {self.job.app_id}: {token}"])
+        return f"  its token is in {path} (not printed: this output is not a terminal)"
+
+    def keep_private(self, name: str, lines: list[str]) -> Path:
+        """Lines with a token, in a 0600 file of TonY-py's private cache instead of an output that
+        may be a stored log; removed when the client is done (forget_private_files)."""
+        path = write_private(name, lines)
+        self._private_files.append(path)
+        return path
+
+    def forget_private_files(self) -> None:
+        for path in self._private_files:
+            path.unlink(missing_ok=True)
+        self._private_files.clear()
 
     def _check_startup(self, say) -> None:
         """TonY's tony.am.startup-timeout: kill an application whose AM never started."""

@@ -25,14 +25,13 @@ from pathlib import Path
 from tony_py.auth import NOTEBOOK_TOKEN_PURPOSE, derived_token
 from tony_py.client.flags import SubmitArgs, parse_args
 from tony_py.client.job import Job
-from tony_py.client.monitor import Monitor
+from tony_py.client.monitor import Monitor, write_private
 from tony_py.client.prepare import PreparedJob, python_for
 from tony_py.client.relay import Relay
 from tony_py.config.build import job_type_names
 from tony_py.config.layers import TonyConf
 from tony_py.config.spec import NOTEBOOK_TYPE
 from tony_py.errors import UsageError
-from tony_py.paths import cache_dir, private_dir
 
 DEFAULT_LIFETIME_MS = 24 * 60 * 60 * 1000  # TonY's NotebookSubmitter: tony.application.timeout of a day
 SSH_LOCAL_PORT = 8888
@@ -94,8 +93,8 @@ class NotebookDoor:
         """The relay stops and the file with the token goes: the notebook is gone with the client."""
         if self.relay is not None:
             self.relay.close()
-        if self.monitor_ is not None and self.monitor_.url_file is not None:
-            self.monitor_.url_file.unlink(missing_ok=True)
+        if self.monitor_ is not None:
+            self.monitor_.forget_private_files()
 
 
 class NotebookMonitor(Monitor):
@@ -140,8 +139,9 @@ class NotebookMonitor(Monitor):
         lines = open_lines(self.relay.port, self.token if terminal else None, address, self.custom_command,
                            first=not self.shown)
         if not terminal and not self.shown:  # a pipe may be a stored log: the token goes to a private file
-            self.url_file = write_private(self.job.app_id, open_lines(self.relay.port, self.token, address,
-                                                                      self.custom_command, first=True))
+            self.url_file = self.keep_private(f"{self.job.app_id}-notebook",
+                                              open_lines(self.relay.port, self.token, address, self.custom_command,
+                                                         first=True))
             lines.insert(1, f"  the URL with Jupyter's token is in {self.url_file} (not printed: this output is not "
                             "a terminal)")
         self.shown = True
@@ -204,16 +204,6 @@ def open_lines(port: int, token: str | None, target: tuple[str, int], custom_com
         f"  from a laptop: ssh -N -L {SSH_LOCAL_PORT}:127.0.0.1:{port} {getpass.getuser()}@{socket.getfqdn()}"
         f"  then open http://localhost:{SSH_LOCAL_PORT}{path}",
         "  Ctrl-C here (or closing this client) ends the notebook and kills the application"]
-
-
-def write_private(app_id: str, lines: list[str]) -> Path:
-    """The lines with the token, in a file only this user can read (TonY-py's private cache)."""
-    folder = private_dir(cache_dir() / "notebooks")
-    path = folder / f"{app_id}.txt"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return path
 
 
 def main(argv: list[str] | None = None, prog: str = NotebookDoor.prog, launch=None) -> int:

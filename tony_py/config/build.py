@@ -12,6 +12,7 @@ import re
 import shlex
 
 from tony_py.config.layers import TonyConf
+from tony_py.config.ray_limits import ray_join_timeout, ray_min_memory_mb
 from tony_py.config.shapes import (RAY_WORKER_TYPE, groups, horovod_types, image_of, mounts, ray_types, stages,
                                    tensorboard_type, with_dependencies, with_image)
 from tony_py.config.spec import (CACHE_VISIBILITIES, DISTRIBUTED_MODES, FRAMEWORKS, GPU_ASSIGNMENTS, HOROVOD_DRIVER_TYPE,
@@ -333,6 +334,19 @@ def _check_ray(spec: JobSpec, conf: TonyConf, python: str) -> None:
         check_command(spec.command_for("head"), (shlex.split(python) or [None])[0])
     except ValueError as exc:
         raise ConfigError(key, f"a ray job's driver {str(exc).replace('torchrun runs', 'Ray runs')}") from None
+    for stage_key in ("tony.application.prepare-stage", "tony.application.training-stage"):
+        if text_of(conf, stage_key):  # the workers of a later stage would never join the head
+            raise ConfigError(stage_key, "a ray job has no stages: its head and workers start together")
+    try:
+        ray_join_timeout(spec.execution_env.get("TONY_RAY_JOIN_TIMEOUT_S"))
+    except ValueError as exc:
+        raise ConfigError("tony.execution.envs", str(exc)) from None
+    for t in spec.types:
+        need = ray_min_memory_mb(t.name)
+        if t.resources.memory_mb < need:
+            raise ConfigError(f"tony.{t.name}.memory", f"{t.resources.memory_mb} MB is too small for a Ray "
+                              f"{t.name} node: at least {need} MB (Ray's own processes, its smallest object "
+                              "store and room for one task)")
 
 
 def _check_torchrun(spec: JobSpec, python: str) -> None:

@@ -8,6 +8,7 @@ import re
 
 from tony_py.config import checks
 from tony_py.config.layers import TonyConf
+from tony_py.config.ray_limits import RAY_WORKER_TYPE
 from tony_py.config.spec import (HOROVOD_DRIVER_TYPE, RAY_HEAD_TYPE, TENSORBOARD_TYPE, TYPE_NAME, DependencyTimeout,
                                  JobSpec, Resources, TaskType)
 from tony_py.config.values import bool_of, int_of, list_of, resources_of, text_of
@@ -110,8 +111,6 @@ def horovod_types(conf: TonyConf, types: list[TaskType], debug: bool, python: st
 
 
 RAY_WORKER_TYPE = "worker"
-
-
 def ray_types(conf: TonyConf, types: list[TaskType], make_type) -> list[TaskType]:
     """A ray job: one `head` task (added when tony.head.instances is not set; tony.head.* size
     it), which runs Ray's head node and the command as the driver, and `worker` tasks, which

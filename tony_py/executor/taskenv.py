@@ -12,7 +12,7 @@ import socket
 import time
 from pathlib import Path
 
-from tony_py.auth import NOTEBOOK_TOKEN_PURPOSE, derived_token
+from tony_py.auth import NOTEBOOK_TOKEN_PURPOSE, RAY_TOKEN_PURPOSE, derived_token
 from tony_py.config.spec import NOTEBOOK_TYPE
 from tony_py.executor.settings import Settings
 
@@ -78,6 +78,12 @@ def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: 
         # Jupyter reads JUPYTER_TOKEN; the client derives the same token from the app secret, so
         # it is in no file, spec or log (tony_py/client/notebook.py)
         env["JUPYTER_TOKEN"] = derived_token(settings.secret, NOTEBOOK_TOKEN_PURPOSE)
+    if settings.framework == "ray" and "RAY_AUTH_MODE" not in env:
+        # Ray's servers listen on every address and run whatever code reaches them: its token
+        # authentication, with a token derived from the app secret (in no spec or log; the
+        # client shows it to the user for the dashboard). --shell_env RAY_AUTH_MODE=… opts out.
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN"] = derived_token(settings.secret, RAY_TOKEN_PURPOSE)
     return env
 
 

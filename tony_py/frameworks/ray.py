@@ -17,6 +17,10 @@ and object store come from the container's resources (`resources`).
 
 from __future__ import annotations
 
+from tony_py.config.ray_limits import RAY_DAEMONS_MB as DAEMONS_MB
+from tony_py.config.ray_limits import RAY_MIN_OBJECT_STORE_MB as MIN_OBJECT_STORE_MB
+from tony_py.config.ray_limits import RAY_MIN_TASK_MEMORY_MB as MIN_TASK_MEMORY_MB
+from tony_py.config.ray_limits import ray_join_timeout as join_timeout  # noqa: F401 - the node runner's too
 from tony_py.config.torchrun import split_interpreter
 from tony_py.frameworks.envplan import EnvPlan
 
@@ -34,11 +38,6 @@ NODE_PORTS = ("object-manager-port", "dashboard-agent-listen-port", "dashboard-a
 HEAD_PORTS = ("node-manager-port", "dashboard-port", "ray-client-server-port")
 MIB = 1 << 20
 OBJECT_STORE_SHARE = 0.3  # Ray's own default share, of the container instead of the host
-MIN_OBJECT_STORE_MB = 80  # Ray refuses less than 75 MiB
-# What Ray's own processes take besides its tasks (measured on Ray 2.60: a head's GCS, raylet,
-# dashboard and agents ~600 MB RSS, a worker node's raylet and agents ~300 MB).
-DAEMONS_MB = {HEAD_TYPE: 600, WORKER_TYPE: 300}
-MIN_TASK_MEMORY_MB = 64
 
 
 def plan(spec, cluster, callbacks=None) -> EnvPlan:

@@ -52,13 +52,22 @@ def fail(message: str) -> int:
     return 1
 
 
-def reserve(names) -> dict[str, socket.socket]:
-    """One bound (not listening) socket per port option, held until `ray start` runs."""
-    socks = {}
+def reserve(names, taken=()) -> dict[str, socket.socket]:
+    """One bound (not listening) socket per port option, held until `ray start` runs; never one
+    of `taken` (the task's own ports, which its executor released for this process to bind, so
+    the OS may hand them out again)."""
+    socks: dict[str, socket.socket] = {}
+    spare = []
     for name in names:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("", 0))
+        while True:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("", 0))
+            if sock.getsockname()[1] not in taken:
+                break
+            spare.append(sock)  # held until the others are chosen, so it is not offered again
         socks[name] = sock
+    for sock in spare:
+        sock.close()
     return socks
 
 
@@ -69,7 +78,7 @@ def temp_dir(cwd: str) -> tuple[str, str]:
     Ray is given a short link to them in /tmp."""
     real = os.path.join(cwd, "tony-ray")
     os.makedirs(real, exist_ok=True)
-    link_parent = tempfile.mkdtemp(prefix="tony-ray-")
+    link_parent = tempfile.mkdtemp(prefix="tony-ray-", dir="/tmp")  # not $TMPDIR: it may be long
     link = os.path.join(link_parent, "t")
     os.symlink(real, link)
     return link, link_parent
@@ -133,6 +142,14 @@ def exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
+class Driver:
+    """The driver process on the head, for the SIGTERM handler: a stop (the AM's, or YARN's
+    preemption warning) reaches the driver, which keeps running until it ends or the executor's
+    kill comes (the preemption deadline), so it can checkpoint."""
+
+    proc: subprocess.Popen | None = None
+
+
 class Node:
     def __init__(self, env: dict[str, str]):
         self.env = env
@@ -142,7 +159,9 @@ class Node:
         self.ports: dict[str, int] = {}
 
     def start(self) -> None:
-        socks = reserve(plan.ports_needed(self.role))
+        taken = {int(p) for p in (self.env.get(plan.NODE_ADDRESS, "").rpartition(":")[2], self.env.get("TB_PORT"))
+                 if p and p.isdigit()}
+        socks = reserve(plan.ports_needed(self.role), taken)
         self.ports = {name: s.getsockname()[1] for name, s in socks.items()}
         tmp, self.link_parent = temp_dir(os.getcwd())
         args = plan.start_args(self.env, self.ports, tmp)
@@ -214,25 +233,28 @@ def run_head(node: Node) -> int:
         return 1
     if not published and listening(url):
         publish_dashboard(url)
-    driver = subprocess.Popen(["bash", "-c", node.env[plan.DRIVER_COMMAND]],
-                              env={**node.env, "RAY_ADDRESS": node.env[plan.HEAD_ADDRESS]})
+    driver = Driver.proc = subprocess.Popen(["bash", "-c", node.env[plan.DRIVER_COMMAND]],
+                                            env={**node.env, "RAY_ADDRESS": node.env[plan.HEAD_ADDRESS]})
     try:
         while driver.poll() is None:
             if node.proc.poll() is not None:
                 return fail(f"Ray's head node ended (exit code {node.proc.returncode}) while the driver ran")
             time.sleep(0.2)
     finally:
+        Driver.proc = None
         if driver.poll() is None:
             driver.kill()
-    log(f"the driver ended with exit code {exit_status(driver.returncode)}")
-    return exit_status(driver.returncode)
+    log(f"the driver ended with {describe(driver.returncode)}")
+    return driver.returncode  # negative: the signal, which main() ends this process with
+
+
+def describe(code: int) -> str:
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
 
 def join_timeout(env: dict[str, str]) -> float:
-    try:
-        return float(env.get(JOIN_TIMEOUT) or DEFAULT_JOIN_TIMEOUT_S)
-    except ValueError:
-        return DEFAULT_JOIN_TIMEOUT_S
+    """TONY_RAY_JOIN_TIMEOUT_S (checked at submit: tony_py/frameworks/ray.py)."""
+    return plan.join_timeout(env.get(JOIN_TIMEOUT)) or DEFAULT_JOIN_TIMEOUT_S
 
 
 def run_worker(node: Node, deadline: float) -> int:
@@ -295,6 +317,9 @@ def main(argv: list[str]) -> int:
     node = Node(env)
 
     def on_sigterm(*_):
+        if Driver.proc is not None and Driver.proc.poll() is None:
+            Driver.proc.send_signal(signal.SIGTERM)  # the driver's to handle; the node runs until it ends
+            return
         raise SystemExit(143)
 
     signal.signal(signal.SIGTERM, on_sigterm)
@@ -302,10 +327,15 @@ def main(argv: list[str]) -> int:
     try:
         if node.role == plan.HEAD_TYPE:
             node.start()
-            return run_head(node)
-        return run_worker(node, time.monotonic() + join_timeout(env))
+            code = run_head(node)
+        else:
+            code = run_worker(node, time.monotonic() + join_timeout(env))
     finally:
         node.stop()
+    if code < 0:  # the driver died of a signal: so does this process, so the job sees the signal
+        signal.signal(-code, signal.SIG_DFL)  # (tony.application.retry-on-signal decides, as for any task)
+        os.kill(os.getpid(), -code)
+    return code
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ def main() -> int:
     pinned = [where.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
               for n in nodes]
     record = {"driver_container": os.environ.get("CONTAINER_ID"), "RAY_ADDRESS": os.environ.get("RAY_ADDRESS"),
+              "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE"),
               "nodes": {n["NodeName"]: {"cpus": n["Resources"].get("CPU"),
                                         "memory": n["Resources"].get("memory"),
                                         "object_store": n["Resources"].get("object_store_memory")} for n in nodes},
