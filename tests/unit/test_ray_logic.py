@@ -296,3 +296,23 @@ def test_bad_ray_sizes_and_shapes_are_refused_naming_the_key(tmp_path):
         with pytest.raises(ConfigError) as err:
             build(*pairs)
         assert key in str(err.value)
+
+
+def test_every_ray_task_gets_ray_token_authentication_with_the_derived_token(tmp_path):
+    from tony_py.auth import RAY_TOKEN_PURPOSE, derived_token
+    from tony_py.executor.settings import Settings
+    from tony_py.executor.taskenv import user_env
+
+    def settings(**overrides):
+        values = dict(task="worker:0", am_url="http://am:1", secret="s" * 64, container_id="c1", command="x",
+                      execution_env={}, heartbeat_s=1, metrics_interval_s=5, execution_timeout_s=0,
+                      registry_timeout_s=0, reserve_tb_port=False, src_zip=None, runtime_dir=None, log_dir=tmp_path,
+                      am_lost_timeout_s=60, framework="ray")
+        values.update(overrides)
+        return Settings(**values)
+
+    env = user_env(settings(), {}, {}, 0, tmp_path)
+    assert env["RAY_AUTH_MODE"] == "token" and env["RAY_AUTH_TOKEN"] == derived_token("s" * 64, RAY_TOKEN_PURPOSE)
+    assert "RAY_AUTH_TOKEN" not in user_env(settings(framework="pytorch"), {}, {}, 0, tmp_path)
+    opted_out = user_env(settings(execution_env={"RAY_AUTH_MODE": "disabled"}), {}, {}, 0, tmp_path)
+    assert opted_out["RAY_AUTH_MODE"] == "disabled" and "RAY_AUTH_TOKEN" not in opted_out
