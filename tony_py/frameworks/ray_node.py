@@ -230,6 +230,9 @@ def run_head(node: Node) -> int:
             published = True
         time.sleep(0.2)
     if waiter.returncode != 0:
+        if not published:  # the AM starts the workers once the head announced its dashboard
+            log(f"Ray's dashboard never answered at {url}, and worker nodes start only after it does: "
+                "see the dashboard's log in this task's tony-ray/ directory")
         return 1
     if not published and listening(url):
         publish_dashboard(url)
