@@ -143,11 +143,13 @@ def exit_status(code: int) -> int:
 
 
 class Driver:
-    """The driver process on the head, for the SIGTERM handler: a stop (the AM's, or YARN's
-    preemption warning) reaches the driver, which keeps running until it ends or the executor's
-    kill comes (the preemption deadline), so it can checkpoint."""
+    """The driver process on the head, for the SIGTERM handler. A stop (the AM's, or YARN's
+    preemption warning) reaches the whole task's process group, the driver included; Ray's own
+    processes then end, but the driver is left running until it ends or the executor's kill
+    comes (the preemption deadline), so it can checkpoint."""
 
     proc: subprocess.Popen | None = None
+    terminating = False
 
 
 class Node:
@@ -240,7 +242,7 @@ def run_head(node: Node) -> int:
                                             env={**node.env, "RAY_ADDRESS": node.env[plan.HEAD_ADDRESS]})
     try:
         while driver.poll() is None:
-            if node.proc.poll() is not None:
+            if node.proc.poll() is not None and not Driver.terminating:
                 return fail(f"Ray's head node ended (exit code {node.proc.returncode}) while the driver ran")
             time.sleep(0.2)
     finally:
@@ -321,7 +323,7 @@ def main(argv: list[str]) -> int:
 
     def on_sigterm(*_):
         if Driver.proc is not None and Driver.proc.poll() is None:
-            Driver.proc.send_signal(signal.SIGTERM)  # the driver's to handle; the node runs until it ends
+            Driver.terminating = True  # the driver got the group's SIGTERM too: it is its to handle
             return
         raise SystemExit(143)
 
