@@ -30,7 +30,6 @@ class Relay:
             raise UsageError(f"--port {port}: cannot listen on {bind}:{port} ({exc.strerror}); "
                              "give another port, or leave --port out for a free one") from None
         self._sock.listen(128)
-        self.bind = bind
         self.port = self._sock.getsockname()[1]
         self.target: tuple[str, int] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
