@@ -13,7 +13,9 @@ signed with the process that took it) on a 3-NodeManager Docker cluster, strikes
   cut_off_stopped_s   the fault until the last step of a copy the fault cut off (fencing: at most
                       the executor's lease, 10 s by default, for the node's own copies)
   steps_redone        steps taken twice (lost work: each step is checkpointed)
-  restarts            gang restarts spent (the user's tony.am.retry-count)
+  restarts            gang restarts spent, from either budget
+  infra_restarts      of those, the infrastructure's (tony.application.max-infrastructure-restarts:
+                      YARN reported the containers lost, or they ended while no AM ran)
   split_brain         pairs of live copies of one task that both wrote (must be 0)
 
 The baseline is YARN's own verdict on the same cluster: its NodeManager expiry (30 s here, 10 min
@@ -185,7 +187,8 @@ def run_one(cluster: Cluster, faults: Faults, scenario: Scenario) -> dict:
         "longest_stall_s": round(longest_stall(steps, fault_at), 2),
         "cut_off_stopped_s": round(max(w.last for w in cut_off) - fault_at, 2) if cut_off else None,
         "steps_redone": len(taken) - len(set(taken)),
-        "restarts": history["restarts_used"],
+        "restarts": history["restarts_used"] + history["infra_restarts_used"],
+        "infra_restarts": history["infra_restarts_used"],
         "restarts_expected": scenario.restarts,
         "am_attempts": history["am_attempts"],
         "split_brain": len(split_brain(steps)),
