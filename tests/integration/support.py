@@ -6,6 +6,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -23,6 +24,12 @@ ROOT = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).with_name("jobs")
 PYTHON = sys.executable
 USER = getpass.getuser()
+
+
+def worker_suffix() -> str:
+    """'-gw0' on pytest-xdist's worker gw0 ('' in a serial run): per-worker cluster dirs."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return f"-{worker}" if worker else ""
 
 
 @dataclass
@@ -82,6 +89,11 @@ class Cluster:
 
     def staging_dirs(self) -> list[str]:
         return [n for n in self.hdfs_list(f"/user/{USER}/.tony") if n.startswith("application_")]
+
+    def hdfs_read_dir(self, path: str) -> str:
+        """The text of every file in an HDFS directory ('' while it does not exist)."""
+        return "".join(requests.get(f"{self.nn_web}/webhdfs/v1{path}/{name}", params={"op": "OPEN", "user.name": USER},
+                                    timeout=10).text for name in self.hdfs_list(path))
 
     def hdfs_status(self, path: str) -> dict:
         return requests.get(f"{self.nn_web}/webhdfs/v1{path}", params={"op": "GETFILESTATUS", "user.name": USER},
@@ -211,7 +223,7 @@ def tasks_running(cluster, job, attempt=0, count=None):
     if not job.app_id:
         return None
     status = cluster.am_status(job.app_id)
-    if not status:
+    if not status or not status.get("tasks"):
         return None
     running = [t for t in status["tasks"] if t["state"] == "RUNNING" and t["attempt"] == attempt]
     want = count if count is not None else len(status["tasks"])
@@ -222,6 +234,22 @@ def am_processes(app_id):
     return [p for p in psutil.process_iter(["name", "cmdline", "cwd"])
             if p.info["name"] == "java" and "io.tonypy.am.ApplicationMaster" in " ".join(p.info["cmdline"] or [])
             and app_id in (p.info["cwd"] or "")]
+
+
+def history_of(cluster, app_id: str) -> dict:
+    """`tony history show APP --events --json`: the job as its history keeps it."""
+    proc = subprocess.run([PYTHON, "-m", "tony_py.cli", "history", "show", app_id, "--events", "--json"],
+                          cwd=ROOT, env=cluster.env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
+
+
+def executor_pid(cluster, app_id: str, container: str) -> int:
+    """The pid of the executor in a container (in its node's PID namespace: its log says it)."""
+    for d in cluster.container_dirs(app_id):
+        if d.name == container:
+            return int(re.search(r"executor for \S+ in \S+ \(pid (\d+)\)", (d / "executor.log").read_text()).group(1))
+    raise AssertionError(f"no executor log for {container}")
 
 
 def probe_records(tmp_path) -> dict[str, dict]:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import time
 
-from support import JOBS, PYTHON, Background, tasks_running, wait_for
+from support import JOBS, PYTHON, Background, history_of, tasks_running, wait_for
 from test_failures import nodemanager2_back  # noqa: F401 - the fixture: nodemanager2 runs again afterwards
-from test_preemption import FILL_MB, history, steps
+from test_preemption import FILL_MB, steps
 
 
 def test_a_lost_node_shrinks_the_gang_to_min_instances_and_it_trains_on(cluster, tmp_path, nodemanager2_back):  # noqa: F811
@@ -47,7 +47,7 @@ def test_a_lost_node_shrinks_the_gang_to_min_instances_and_it_trains_on(cluster,
     run = job.wait(timeout=120)
     assert run.rc == 0, run.output[-4000:]
     assert "PARKED" in run.stdout
-    h = history(cluster, run.app_id)
+    h = history_of(cluster, run.app_id)
     resizes = [e for e in h["events"] if e["kind"] == "RESIZE"]
     assert len(resizes) == 1 and "worker 2 -> 1 (min 1)" in resizes[0]["message"], resizes
     assert h["restarts_used"] == 0  # the lost node was the cluster's doing

@@ -182,3 +182,27 @@ def test_settings_carry_what_frameworks_launch_needs(tmp_path):
     settings = Settings.load({"TONY_TASK": "worker:0", "TONY_AM_URL": "http://am:1"}, spec, "s" * 64)
     # every gang restart counts in TORCHELASTIC_RESTART_COUNT: both budgets bound it
     assert (settings.framework, settings.max_restarts) == ("pytorch", 7)
+
+
+def test_a_preemptions_deadline_counts_from_when_its_heartbeat_was_sent(tmp_path):
+    """The AM says what is left when the heartbeat reached it; the executor counts that from when
+    it sent the heartbeat, so a slow answer (or a slow loop before it is acted on) can only make
+    the task's deadline earlier than YARN's kill, never later."""
+    import time
+
+    from tony_py.executor.supervisor import Executor
+
+    settings = Settings(task="worker:0", am_url="http://am:1", secret="a1" * 32, container_id="container_1_0001_01_000002",
+                        command="python t.py", execution_env={}, heartbeat_s=1, metrics_interval_s=5,
+                        execution_timeout_s=0, registry_timeout_s=0, reserve_tb_port=False, src_zip=None,
+                        runtime_dir="", log_dir=tmp_path, am_lost_timeout_s=5)
+    executor = Executor(settings, SimpleNamespace(base_url="http://am:1"), {}, tmp_path)
+    terminated = []
+    executor.child = SimpleNamespace(terminate_group=lambda: terminated.append(True))
+    before = time.time()
+    sent_at = time.monotonic() - 3.0  # the heartbeat left 3 s ago: its answer was slow
+    after = time.time()
+    executor._warn_of_preemption({"deadline": 0, "left_s": 5.0, "sent_at": sent_at}, str(tmp_path / "deadline"))
+    assert before + 2.0 - 0.05 <= executor.preempt_deadline <= after + 2.0 + 0.05
+    assert float((tmp_path / "deadline").read_text()) == executor.preempt_deadline
+    assert terminated == [True]  # SIGTERM to the task's process group, once

@@ -47,7 +47,7 @@ class Heartbeats:
         self.tokens = tokens  # renewed delegation tokens on offer (tony_py/executor/tokens.py)
         self.lanes = [_Lane(Signer(secret, f"{principal}.hb{i}")) for i in range(LANES)]
         self.instruction: dict | None = None  # an answer that is not "continue"
-        self.preempt: dict | None = None  # YARN will take the container back: {"deadline": epoch s}
+        self.preempt: dict | None = None  # YARN will take the container back: {"left_s", "sent_at" (monotonic)}
         self.refused: str | None = None  # a signed client error: a bug on one side, not a fault
         self.fenced = threading.Event()
         self._stop = threading.Event()
@@ -104,7 +104,7 @@ class Heartbeats:
         elif isinstance(answer, dict) and answer.get("action") in ("exit", "restart"):
             self.instruction = answer
         elif isinstance(answer, dict):
-            if isinstance(answer.get("preempt"), dict):
-                self.preempt = answer["preempt"]
+            if isinstance(answer.get("preempt"), dict):  # what is left counts from when this was sent
+                self.preempt = {**answer["preempt"], "sent_at": sent_at}
             if answer.get("tokens"):
                 self.tokens(answer["tokens"])

@@ -253,8 +253,11 @@ class Executor:
         """YARN will kill the container at the deadline: the task gets SIGTERM now (its process
         group, as TF's PreemptionCheckpointHandler, JAX's preemption sync and plain handlers
         expect) to checkpoint and exit; the deadline is in its file first."""
-        try:  # what is left, on this node's clock: the AM's clock need not agree with it
-            deadline = time.time() + float(warning.get("left_s"))
+        try:  # what is left, on this node's clock (the AM's need not agree), counted from when the
+            # heartbeat that brought it was sent: never later than YARN's kill, however long the
+            # answer took or this loop took to get to it
+            sent_ago = max(0.0, time.monotonic() - float(warning.get("sent_at", time.monotonic())))
+            deadline = time.time() - sent_ago + float(warning.get("left_s"))
         except (TypeError, ValueError):
             deadline = None
         self.preempt_deadline = deadline if deadline is not None else time.time()

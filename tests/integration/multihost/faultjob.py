@@ -6,13 +6,11 @@ figures come from the same jobs and the same faults the tests check."""
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
-from support import JOBS, PYTHON, ROOT, Background, Run, wait_for
+from support import JOBS, Background, Run, history_of, wait_for
 
 sys.path.insert(0, str(JOBS))
 from stepper import read_steps, writers  # noqa: E402
@@ -67,10 +65,7 @@ class StepperJob:
         return self.job.wait(timeout=timeout)
 
     def history(self) -> dict:
-        proc = subprocess.run([PYTHON, "-m", "tony_py.cli", "history", "show", self.app_id, "--events", "--json"],
-                              cwd=ROOT, env=self.cluster.env(), capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        return json.loads(proc.stdout)
+        return history_of(self.cluster, self.app_id)
 
 
 def node_processes(cluster, daemon: str, pattern: str) -> list[str]:
@@ -106,11 +101,3 @@ def am_address(cluster, job: StepperJob) -> tuple[str, int]:
         if m:
             return m.group(1), int(m.group(2))
     raise AssertionError("no task's launch script names the AM")
-
-
-def executor_pid(cluster, job: StepperJob, container: str) -> int:
-    """The executor's pid in its node (its log says it)."""
-    for d in cluster.container_dirs(job.app_id):
-        if d.name == container:
-            return int(re.search(r"executor for \S+ in \S+ \(pid (\d+)\)", (d / "executor.log").read_text()).group(1))
-    raise AssertionError(f"no executor log for {container}")
