@@ -26,12 +26,29 @@ def query_gpus(nvidia_smi: str) -> list[dict]:
     """Every GPU nvidia-smi reports: index, uuid, utilisation (%), memory used/total (MiB)."""
     out = subprocess.run([nvidia_smi, f"--query-gpu={GPU_QUERY}", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True, timeout=NVIDIA_SMI_TIMEOUT_S, check=True).stdout
+    return parse_gpus(out)
+
+
+def parse_gpus(csv: str) -> list[dict]:
+    """nvidia-smi's CSV answer to GPU_QUERY. A field the device or driver does not report reads
+    `[N/A]`, `[Not Supported]` or similar (MIG slices, some virtual GPUs): None, not an error, so
+    the fields it does report are still measured. A line that is not five fields is an error."""
     gpus = []
-    for line in out.strip().splitlines():
-        index, uuid, util, used, total = (x.strip() for x in line.split(","))
-        gpus.append({"index": index, "uuid": uuid, "utilization": float(util), "memory_used_mib": float(used),
-                     "memory_total_mib": float(total)})
+    for line in csv.strip().splitlines():
+        fields = [x.strip() for x in line.split(",")]
+        if len(fields) != 5:
+            raise ValueError(f"nvidia-smi answered {line!r} to --query-gpu={GPU_QUERY}")
+        index, uuid, util, used, total = fields
+        gpus.append({"index": index, "uuid": uuid, "utilization": _reading(util), "memory_used_mib": _reading(used),
+                     "memory_total_mib": _reading(total)})
     return gpus
+
+
+def _reading(field: str) -> float | None:
+    """A number, or None where nvidia-smi has none to give ([N/A], [Not Supported], [Unknown Error])."""
+    if (field.startswith("[") and field.endswith("]")) or field.upper() == "N/A":
+        return None
+    return float(field)
 
 
 class _Series:
@@ -101,14 +118,19 @@ class MetricsSampler:
         mine = [g for g in gpus if self.devices is None or g["index"] in self.devices or g["uuid"] in self.devices]
         if not mine:
             return {}
-        util = sum(g["utilization"] for g in mine) / len(mine)
-        used = sum(g["memory_used_mib"] for g in mine)
-        total = sum(g["memory_total_mib"] for g in mine)
-        usage = used / total * 100 if total else 0.0
-        self.series["GPU_UTILIZATION"].add(util)
-        self.series["GPU_FB_MEMORY_USAGE"].add(usage)
-        return {"gpu_utilization": round(util, 1), "gpu_memory_used_bytes": int(used * 2**20),
-                "gpu_memory_total_bytes": int(total * 2**20), "gpu_count": len(mine)}
+        out: dict = {"gpu_count": len(mine)}
+        utils = [g["utilization"] for g in mine if g["utilization"] is not None]
+        if utils:  # the devices that report it
+            util = sum(utils) / len(utils)
+            self.series["GPU_UTILIZATION"].add(util)
+            out["gpu_utilization"] = round(util, 1)
+        memory = [(g["memory_used_mib"], g["memory_total_mib"]) for g in mine
+                  if g["memory_used_mib"] is not None and g["memory_total_mib"]]
+        if memory:
+            used, total = sum(u for u, _ in memory), sum(t for _, t in memory)
+            self.series["GPU_FB_MEMORY_USAGE"].add(used / total * 100)
+            out.update(gpu_memory_used_bytes=int(used * 2**20), gpu_memory_total_bytes=int(total * 2**20))
+        return out
 
     def summary(self) -> dict:
         out = {}
