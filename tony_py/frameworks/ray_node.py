@@ -1,8 +1,9 @@
 """A Ray node in a TonY-py task: `python -m tony_py.frameworks.ray_node` with the job's own
 interpreter (frameworks.launch puts it in place of the task's command).
 
-Head: reserve the node's ports, run `ray start --head --block`, wait until every worker node
-has joined (bounded: the error names the ones that did not), publish the dashboard's address
+Head: reserve the node's ports, run `ray start --head --block` (again, on the same ports, when
+it failed within EARLY_FAILURE_S: Ray's fixed 30 s for a raylet to register is too short for a
+busy host), wait until every worker node has joined (bounded: the error names the ones that did not), publish the dashboard's address
 (the task's callback file, shown on the AM page), run the task's command as the Ray driver with
 RAY_ADDRESS, stop the node, and exit with the driver's exit code. Worker: reserve the ports and
 run `ray start --address <head> --block` until the AM stops the task.
@@ -160,11 +161,14 @@ class Node:
         self.link_parent: str | None = None
         self.ports: dict[str, int] = {}
 
-    def start(self) -> None:
+    def start(self, again: bool = False) -> None:
+        """`ray start` for this node; `again` after a start that failed: the same ports (the
+        dashboard's address may be published already, and the node's own is in the cluster view)."""
         taken = {int(p) for p in (self.env.get(plan.NODE_ADDRESS, "").rpartition(":")[2], self.env.get("TB_PORT"))
                  if p and p.isdigit()}
-        socks = reserve(plan.ports_needed(self.role), taken)
-        self.ports = {name: s.getsockname()[1] for name, s in socks.items()}
+        socks = {} if again and self.ports else reserve(plan.ports_needed(self.role), taken)
+        if socks:
+            self.ports = {name: s.getsockname()[1] for name, s in socks.items()}
         tmp, self.link_parent = temp_dir(os.getcwd())
         args = plan.start_args(self.env, self.ports, tmp)
         ray_env = {k: v for k, v in self.env.items() if k not in ("RAY_ADDRESS", plan.DRIVER_COMMAND)}
@@ -219,12 +223,26 @@ def run_head(node: Node) -> int:
     url = plan.dashboard_url(node.env, node.ports)
     waiter: subprocess.Popen | None = None  # started once the GCS answers: it connects as a driver
     published = False
+    attempt, started = 1, time.monotonic()
     while waiter is None or waiter.poll() is None:
         if node.proc.poll() is not None:
             if waiter is not None:
                 waiter.kill()
-            return fail(f"Ray's head node ended (exit code {node.proc.returncode}) before the workers joined; "
-                        "Ray's output is in this task's stdout and stderr")
+                waiter.wait()
+                waiter = None
+            code = exit_status(node.proc.returncode)
+            if time.monotonic() - started < EARLY_FAILURE_S and attempt < START_ATTEMPTS:
+                # Ray gives a node's raylet a fixed 30 s to register with the GCS, which a busy
+                # host can miss (bench/ray_start.py); the next start usually makes it
+                log(f"Ray's head node failed to start (exit code {code}) after {time.monotonic() - started:.0f} s; "
+                    f"trying again ({attempt + 1} of {START_ATTEMPTS})")
+                node.stop()
+                attempt, started = attempt + 1, time.monotonic()
+                node.start(again=True)
+                continue
+            return fail(f"Ray's head node ended (exit code {code}) before the workers joined"
+                        f"{f' ({attempt} starts)' if attempt > 1 else ''}; Ray's output is in this task's stdout "
+                        "and stderr")
         if waiter is None and listening(node.env[plan.HEAD_ADDRESS]):
             waiter = subprocess.Popen([sys.executable, "-m", plan.RUNNER, "wait"], env=node.env)
         if not published and listening(url):
@@ -265,7 +283,7 @@ def join_timeout(env: dict[str, str]) -> float:
 def run_worker(node: Node, deadline: float) -> int:
     """Join the head once its GCS answers. `ray start` gives a node 30 s to register, which a
     node busy starting several Ray nodes at once can miss: a start that fails that early is
-    tried again while the head's join timeout lasts."""
+    tried again while the head's join timeout lasts (the head's start likewise: run_head)."""
     head = node.env[plan.HEAD_ADDRESS]
     while not listening(head):
         if time.monotonic() > deadline:
