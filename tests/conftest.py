@@ -1,46 +1,84 @@
-"""Markers by location: tests/unit are `unit`, tests/integration are `integration`. The unit
-tier runs first: a broken change fails in seconds, and the Docker cluster's node image (for
-tests/integration/multihost) is built in the background meanwhile instead of on its own."""
+"""The test session's layout: markers by location, lanes that run side by side, and what CI
+refuses.
 
+Markers by location: tests/unit are `unit`, tests/integration are `integration`.
+
+Lanes (tests/lanes.py): `multihost` (the Docker cluster), `secure` (the Kerberos cluster),
+`unit` (pure logic) and `processes` (the one-host cluster). `scripts/test` runs the suite with
+pytest-xdist (`-n N --dist loadgroup`): the Docker and the Kerberos lanes are one group each (one
+worker, one cluster each), every other test goes to whichever worker is free, and each worker
+that runs one-host tests brings up a one-host cluster of its own, once. Most of an integration
+test is waiting on YARN's and TonY-py's timers, so the lanes share the two cores well. The long
+lanes are queued first, then the unit tier, then the one-host tests longest first. Without
+xdist (`-p no:xdist`, `-n 0`) the unit tier runs first and the Docker node image builds in the
+background meanwhile.
+
+With TONY_TEST_NO_SKIPS=1 (`.ci/run`), a skipped test fails the session unless it is marked
+`gpu` on a machine without a GPU; those are listed at the end.
+"""
+
+from __future__ import annotations
+
+import os
 import threading
+import time
 
 import pytest
 
+from lanes import LANES, expected_seconds, lane_of, xdist_group
 
-@pytest.hookimpl(tryfirst=True)  # before -m selects by these markers
+NO_SKIPS_ENV = "TONY_TEST_NO_SKIPS"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by these markers, and before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    groups: dict[pytest.Item, str | None] = {}
     for item in items:
-        path = str(item.fspath)
-        if "/tests/unit/" in path:
-            item.add_marker(pytest.mark.unit)
-        elif "/tests/integration/" in path:
-            item.add_marker(pytest.mark.integration)
+        lane = lane_of(str(item.fspath))
+        item.add_marker(pytest.mark.unit if lane == "unit" else pytest.mark.integration)
+        groups[item] = xdist_group(item, lane)
+        if groups[item]:
+            item.add_marker(pytest.mark.xdist_group(groups[item]))
+    if _distributed(config):
+        # xdist hands out work in this order: the long lanes first, then the unit tier, then the
+        # one-host tests and groups longest first (a group keeps its members' order)
+        order = {lane: rank for rank, lane in enumerate(LANES)}
+        totals: dict[str, float] = {}
+        for item, group in groups.items():
+            if group:
+                totals[group] = totals.get(group, 0.0) + expected_seconds(item)
+        position = {item: index for index, item in enumerate(items)}
+
+        def key(item):
+            group = groups[item]
+            cost = totals[group] if group else expected_seconds(item)
+            return order[lane_of(str(item.fspath))], -cost, group or "", position[item]
+
+        items.sort(key=key)
+    else:
+        items.sort(key=lambda item: 0 if lane_of(str(item.fspath)) == "unit" else 1)
+
+
+def _distributed(config) -> bool:
+    """On an xdist worker (or its controller) rather than a plain serial run."""
+    return hasattr(config, "workerinput") or bool(getattr(config.option, "numprocesses", 0))
 
 
 def pytest_collection_finish(session):
-    """What will run, after -m/-k deselection: the unit tier first (a stable sort keeps the order
-    within each tier), and the node image built meanwhile if multi-host tests are among it."""
-    items = session.items
-    items.sort(key=lambda item: 0 if "/tests/unit/" in str(item.fspath) else 1)
-    if not session.config.option.collectonly and any("/tests/integration/multihost/" in str(item.fspath)
-                                                     for item in items):
+    """A serial run builds the Docker node image in the background while the unit tier runs.
+    (Under xdist the worker that takes the Docker lane builds it first thing.)"""
+    if _distributed(session.config) or session.config.option.collectonly:
+        return
+    if any(lane_of(str(item.fspath)) == "multihost" for item in session.items):
         _BUILDS.append(_build_node_image_in_background())
 
 
 _BUILDS: list = []
 
 
-def pytest_sessionfinish(session):
-    """A session that ends early (-x, Ctrl-C) lets the build finish rather than orphan its
-    mmdebstrap; the image is then there for the next run."""
-    for build in _BUILDS:
-        if build is not None:
-            build.join(timeout=300)
-
-
 def _build_node_image_in_background() -> "threading.Thread | None":
-    """The multi-host fixture's own ensure_image() waits for this build (one lock per process) and
-    reports its error if it failed; here a failure is only left for that call to meet again."""
+    """The multi-host fixture's own ensure_image() waits for this build (a lock file) and reports
+    its error if it failed; here a failure is only left for that call to meet again."""
     from tony_py.cluster.engine import engine_available
     from tony_py.cluster.image import ensure_image
 
@@ -56,3 +94,83 @@ def _build_node_image_in_background() -> "threading.Thread | None":
     thread = threading.Thread(target=build, name="node-image-build", daemon=True)
     thread.start()
     return thread
+
+
+# ---- per-lane times and skips, on the controller (or the one process of a serial run) ---------------
+class _Lanes:
+    def __init__(self):
+        self.first: dict[str, float] = {}
+        self.last: dict[str, float] = {}
+        self.busy: dict[str, float] = {}
+        self.count: dict[str, dict[str, int]] = {}
+        self.skips: list[tuple[str, str, bool]] = []  # (nodeid, reason, needs a GPU)
+        self.started = time.time()
+
+    def add(self, report) -> None:
+        lane = lane_of(report.nodeid.split("::", 1)[0])
+        self.first[lane] = min(self.first.get(lane, report.start), report.start)
+        self.last[lane] = max(self.last.get(lane, report.stop), report.stop)
+        self.busy[lane] = self.busy.get(lane, 0.0) + report.duration
+        counts = self.count.setdefault(lane, {})
+        if report.when == "call" or report.outcome != "passed":
+            outcome = "failed" if report.failed else report.outcome
+            counts[outcome] = counts.get(outcome, 0) + 1
+        if report.skipped:
+            reason = report.longrepr[2] if isinstance(report.longrepr, (tuple, list)) else str(report.longrepr)
+            self.skips.append((report.nodeid, reason, "gpu" in report.keywords))
+
+
+_LANES = _Lanes()
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:  # the controller, or a serial run
+        _LANES.add(report)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if hasattr(config, "workerinput"):
+        return
+    write = terminalreporter.write_line
+    if _LANES.first:
+        terminalreporter.section("time per lane")
+        write(f"{'lane':<10} {'tests':>24} {'test time':>10} {'wall':>8}")
+        for lane in LANES:
+            if lane not in _LANES.first:
+                continue
+            counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(_LANES.count.get(lane, {}).items()))
+            span = _LANES.last[lane] - _LANES.first[lane]
+            write(f"{lane:<10} {counts:>24} {_minutes(_LANES.busy[lane]):>10} {_minutes(span):>8}")
+        write(f"the whole session: {_minutes(time.time() - _LANES.started)} wall")
+    gpu = [(nodeid, reason) for nodeid, reason, needs_gpu in _LANES.skips if needs_gpu]
+    if gpu:
+        terminalreporter.section("skipped: they need hardware this machine lacks")
+        for nodeid, reason in gpu:
+            write(f"{nodeid}: {reason}")
+    if _refused_skips(config):
+        terminalreporter.section(f"skipped, which {NO_SKIPS_ENV}=1 refuses", red=True)
+        for nodeid, reason in _refused_skips(config):
+            write(f"{nodeid}: {reason}", red=True)
+
+
+def _refused_skips(config) -> list[tuple[str, str]]:
+    if os.environ.get(NO_SKIPS_ENV) != "1":
+        return []
+    return [(nodeid, reason) for nodeid, reason, needs_gpu in _LANES.skips if not needs_gpu]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """A serial session that ends early (-x, Ctrl-C) lets the image build finish rather than
+    orphan its mmdebstrap; the image is then there for the next run. A skip CI refuses fails the
+    session."""
+    for build in _BUILDS:
+        if build is not None:
+            build.join(timeout=300)
+    if not hasattr(session.config, "workerinput") and _refused_skips(session.config) \
+            and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"

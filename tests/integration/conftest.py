@@ -3,7 +3,11 @@
 `cluster` is, in order:
 - TONY_TEST_HADOOP_CONF_DIR: an already running cluster (its client conf dir);
 - otherwise the process launcher (tony_py.cluster): NameNode, DataNode, ResourceManager and
-  two NodeManagers as separate JVMs on this machine, all on 127.0.0.1.
+  two NodeManagers as separate JVMs on this machine, all on 127.0.0.1. Under pytest-xdist each
+  worker that runs such tests has a cluster of its own (.test-cluster-gw0, …), so its tests
+  still run one at a time on their cluster and the leftover check below stays exact. The GPU
+  NodeManager discovers this machine's GPUs with its own nvidia-smi where one answers, else
+  two stand-in devices.
 Tests about nodes, addresses and faults live in tests/integration/multihost/, whose conftest
 makes `cluster` the Docker cluster instead (every daemon its own host), started once per session
 too. Daemon logs are kept (and their path printed) when any test failed.
@@ -19,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from support import JOBS, PYTHON, ROOT, Cluster, Run, app_id_in, clean_up, finish, wait_clean
+from support import JOBS, PYTHON, ROOT, Cluster, Run, app_id_in, clean_up, finish, wait_clean, worker_suffix
 from tony_py.cluster import LocalCluster
 
 
@@ -36,8 +40,7 @@ def cluster(request) -> Cluster:
         yield Cluster("external", Path(external), "http://" + yarn["yarn.resourcemanager.webapp.address"],
                       "http://" + hdfs["dfs.namenode.http-address"], Path(ensure_hadoop_jars()))
         return
-    workdir = ROOT / ".test-cluster"
-    os.environ["TONY_CLUSTER_GPUS"] = "standin"  # two known devices, GPU machine or not
+    workdir = ROOT / f".test-cluster{worker_suffix()}"
     launcher = LocalCluster(workdir)
     launcher.down(purge=True)  # whatever an aborted earlier session left
     state, _ = launcher.up(timeout=240)

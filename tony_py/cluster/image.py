@@ -9,6 +9,7 @@ config and the job's Python are not in the image (they are mounted: docker.py).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -16,6 +17,7 @@ import subprocess
 import threading
 import time
 
+from tony_py import paths
 from tony_py.errors import SetupError
 
 SUITE = "bookworm"
@@ -28,7 +30,7 @@ JAVA_HOME = "/usr/lib/jvm/java-17-openjdk-amd64"
 # Documentation and translations are of no use in a test node; leaving them out saves ~40 MB.
 _EXCLUDES = ("/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*")
 REPOSITORY = "tony-py-node"
-_BUILDING = threading.Lock()  # callers in one process share one build (the test suite starts it early)
+_BUILDING = threading.Lock()  # callers in one process share one build (the serial test run starts it early)
 
 
 def recipe() -> str:
@@ -51,8 +53,11 @@ def _mmdebstrap_command(mirror: str) -> list[str]:
 
 def ensure_image(log=print) -> str:
     """The image's tag, building it first if this Docker engine does not have it (a build already
-    under way in this process is waited for, not repeated)."""
-    with _BUILDING:
+    under way, in this process or another of this user's, is waited for, not repeated: the
+    parallel test workers and a `tony cluster up --docker` beside them)."""
+    lock_path = paths.cache_dir() / "node-image.lock"
+    with _BUILDING, open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         return _ensure_image(log)
 
 

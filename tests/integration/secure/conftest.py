@@ -89,7 +89,6 @@ class SecureCluster(Cluster):
 @pytest.fixture(scope="package")
 def cluster(request, tmp_path_factory) -> SecureCluster:
     workdir = ROOT / ".test-secure-cluster"
-    os.environ["TONY_CLUSTER_GPUS"] = "standin"
     # Delegation tokens renewable for 30 s and dead after 90 s (production: a day and a week), so
     # a test job outlives its tokens in a couple of minutes. Every other test here is shorter.
     os.environ.update(TONY_CLUSTER_TOKEN_RENEW_S=str(TOKEN_RENEW_S), TONY_CLUSTER_TOKEN_MAX_S=str(TOKEN_MAX_S))
