@@ -113,7 +113,7 @@ def test_a_dag_run_killed_mid_run_leaves_no_application(airflow, cluster):
     assert cluster.app(app_id)["state"] == "KILLED"
     assert xcoms(airflow.home, "tony_killed")["final_status"] == "KILLED"
     assert tries(airflow.home, "tony_killed") == [("failed", 1)]
-    left = wait_clean(cluster, timeout=10)
+    left = wait_clean(cluster, timeout=60)
     assert not left["apps"] and not left["staging"], left
     print(f"killed and gone {time.monotonic() - started:.1f} s after SIGTERM")
 

@@ -4,15 +4,12 @@ lands on the GPU node, and HDFS stores and returns data."""
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tony_py.bridge import jvm
 from tony_py.cluster.jars import distributedshell_jar
 
 
 def hadoop_java(cluster, main_class, *args, timeout=180):
-    if cluster.lib_dir is None:
-        pytest.skip("needs the process launcher's Hadoop lib dir")
+    assert cluster.lib_dir is not None, "every test cluster has a Hadoop lib dir (an external one: the cached jars)"
     cmd = [jvm.java_executable(), "-Xmx256m", *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS,
            "-cp", f"{cluster.conf_dir}:{cluster.lib_dir}/*", main_class, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

@@ -23,7 +23,7 @@ def test_tensorflow_environment(tony, probe_args, tmp_path, cluster):
                            "tony.chief.memory=512m", "tony.evaluator.memory=512m",
                            f"tony.containers.resources={tmp_path / 'vocab.txt'}",
                            f"tony.worker.resources={tmp_path / 'shards'}::data",
-                           params="--forever ps:0 --marker password=hunter2"),
+                           params="--forever ps:0 --after-record ps:0 --marker password=hunter2"),
                "--shell_env", "PROBE_SHELL_ENV=shell", "--container_env", "PROBE_CONTAINER_ENV=container",
                "--shell_env", "PYTHONPATH=/opt/site-libs")
     assert run.rc == 0, run.output[-3000:]
@@ -146,7 +146,7 @@ def test_chief_exit_code_fails_the_job_with_its_stderr(tony, probe_args, cluster
 
 def test_non_chief_failure_does_not_stop_training_by_default(tony, probe_args, cluster):
     run = tony(*probe_args("tony.worker.instances=2", "tony.worker.memory=512m",
-                           params="--fail worker:1:3 --sleep worker:0:4"))
+                           params="--fail worker:1:3 --after-end worker:1"))
     assert run.rc == 0, run.output[-3000:]
     assert "finished: SUCCEEDED" in run.stdout
     assert "some worker tasks failed: worker:1" in run.stdout
@@ -215,7 +215,7 @@ def test_a_type_runs_its_own_command(tony, probe_args, tmp_path, cluster):
 
 def test_a_failed_evaluator_does_not_fail_the_job(tony, probe_args, cluster):
     run = tony(*probe_args("tony.worker.instances=1", "tony.evaluator.instances=1", "tony.worker.memory=512m",
-                           "tony.evaluator.memory=512m", params="--fail evaluator:0:2 --sleep worker:0:3"))
+                           "tony.evaluator.memory=512m", params="--fail evaluator:0:2 --after-end evaluator:0"))
     assert run.rc == 0, run.output[-3000:]
     diagnostics = cluster.app(run.app_id)["diagnostics"]
     assert "some worker tasks failed: evaluator:0" in diagnostics and "evaluator:0 FAILED" in diagnostics

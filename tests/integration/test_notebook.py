@@ -117,9 +117,9 @@ def test_notebook_in_a_container_through_the_relay_then_ctrl_c_kills_it(cluster,
                                  cwd=ROOT, env=cluster.env(), capture_output=True, text=True, timeout=60)
             assert log.returncode == 0, log.stderr[-2000:]
             assert token not in log.stdout
-        assert "JupyterLab on http://" in subprocess.run(
-            [PYTHON, "-m", "tony_py.cli", "logs", app_id, "--task", "notebook:0"], cwd=ROOT, env=cluster.env(),
-            capture_output=True, text=True, timeout=60).stdout
+        every = subprocess.run([PYTHON, "-m", "tony_py.cli", "logs", app_id, "--task", "notebook:0"], cwd=ROOT,
+                               env=cluster.env(), capture_output=True, text=True, timeout=60)
+        assert every.returncode == 0 and "JupyterLab on http://" in every.stdout, every.stderr[-2000:]
 
         os.killpg(driver.pid, signal.SIGINT)  # a terminal's Ctrl-C
         driver.wait(timeout=90)

@@ -23,9 +23,12 @@ from test_cluster import hadoop_java
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def tony_cli(cluster, *args, timeout=120) -> subprocess.CompletedProcess:
-    return subprocess.run([PYTHON, "-m", "tony_py.cli", *args], cwd=ROOT, env=cluster.env(), capture_output=True,
+def tony_cli(cluster, *args, timeout=120, rc: int = 0) -> subprocess.CompletedProcess:
+    """`tony ARGS`, which must end with exit code `rc` (its stderr in the failure otherwise)."""
+    proc = subprocess.run([PYTHON, "-m", "tony_py.cli", *args], cwd=ROOT, env=cluster.env(), capture_output=True,
                           text=True, timeout=timeout)
+    assert proc.returncode == rc, (args, proc.returncode, proc.stderr[-3000:])
+    return proc
 
 
 # ---- the live view -----------------------------------------------------------------------------
@@ -67,6 +70,12 @@ def test_the_live_table_changes_while_the_job_runs_in_a_terminal(cluster, probe_
 
 
 # ---- the AM's page, TensorBoard, metrics ---------------------------------------------------------
+# The page links only http(s) URLs: a URL in the status must not run script (safeHref).
+LINK_CASES = {"javascript:alert(1)": None, " JaVaScRiPt:alert(1)": None, "data:text/html,<b>x</b>": None,
+              "vbscript:x": None, "http://nm:8042/logs": "http://nm:8042/logs", "https://tb:6006/": "https://tb:6006/",
+              "status.json": "status.json"}
+
+
 def test_the_am_page_in_chromium_directly_and_through_the_proxy(cluster, probe_args, tmp_path):
     release = tmp_path / "release"
     job = Background(cluster, probe_args("tony.worker.instances=2", "tony.worker.memory=512m",
@@ -95,6 +104,8 @@ def test_the_am_page_in_chromium_directly_and_through_the_proxy(cluster, probe_a
                 page.wait_for_function("document.querySelector('#main p.muted').textContent.includes('Refreshed')")
                 cpu = page.locator("tr[data-task='worker:0'] td").nth(6).inner_text()
                 assert cpu.endswith("%"), cpu
+                if name == "proxy":  # the page's own link guard, in the browser that runs it, behind the proxy
+                    assert page.evaluate("cases => cases.map(safeHref)", list(LINK_CASES)) == list(LINK_CASES.values())
                 shot = screenshot(page, f"dashboard-{name}.png")
                 assert shot.stat().st_size > 10_000
             assert browser.errors == [], browser.errors
@@ -108,7 +119,7 @@ def test_the_am_page_in_chromium_directly_and_through_the_proxy(cluster, probe_a
 # ---- history, logs, portal -----------------------------------------------------------------------------
 def test_history_logs_and_portal_after_a_failed_job(tony, cluster, probe_args, tmp_path):
     run = tony(*probe_args("tony.worker.instances=2", "tony.worker.memory=512m", "tony.task.metrics-interval-ms=300",
-                           params="--sleep worker:1:30,worker:0:2 --burn --fail worker:0:3"))
+                           params="--sleep worker:1:30,worker:0:6 --burn --fail worker:0:3"))
     assert run.rc == 1, run.output[-3000:]
     app_id = run.app_id
     listed = json.loads(tony_cli(cluster, "history", "--json", "--status", "FAILED").stdout)
@@ -126,7 +137,9 @@ def test_history_logs_and_portal_after_a_failed_job(tony, cluster, probe_args, t
     assert shown["config"]["tony.worker.instances"] == "2"
     # the events are Parquet, readable with pyarrow as they are
     directory = f"/user/{USER}/.tony/history/finished"
-    listing = hadoop_java(cluster, "org.apache.hadoop.fs.FsShell", "-ls", "-R", directory).stdout
+    listing = hadoop_java(cluster, "org.apache.hadoop.fs.FsShell", "-ls", "-R", directory)
+    assert listing.returncode == 0, listing.stderr[-2000:]
+    listing = listing.stdout
     parquet = next(line.split()[-1] for line in listing.splitlines() if app_id in line and line.endswith("events.parquet"))
     assert hadoop_java(cluster, "org.apache.hadoop.fs.FsShell", "-get", parquet, str(tmp_path / "e.parquet")).returncode == 0
     import pyarrow.parquet as pq
@@ -138,8 +151,8 @@ def test_history_logs_and_portal_after_a_failed_job(tony, cluster, probe_args, t
     assert "probe worker:0 failing on purpose with exit code 3" in stderr.stdout, stderr.stderr
     assert "started pid" in tony_cli(cluster, "logs", app_id, "--task", "worker:1", "--file", "executor").stdout
     assert "python AM exited" in tony_cli(cluster, "logs", app_id, "--file", "am").stdout
-    bad = tony_cli(cluster, "logs", app_id, "--task", "worker:7")
-    assert bad.returncode == 2 and "no such task" in bad.stderr
+    bad = tony_cli(cluster, "logs", app_id, "--task", "worker:7", rc=2)
+    assert "no such task" in bad.stderr
     # the portal, in a real browser
     portal = subprocess.Popen([PYTHON, "-m", "tony_py.cli", "portal", "--port", "0"], cwd=ROOT, env=cluster.env(),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -186,7 +199,9 @@ def test_a_crashed_ams_history_is_finalized_by_the_next_reader(cluster, probe_ar
     job = Background(cluster, probe_args("tony.worker.instances=1", "tony.worker.memory=512m", "tony.am.max-attempts=1",
                                          params="--forever worker:0"))
     wait_for(lambda: tasks_running(cluster, job), 120, "the task to run")
-    time.sleep(1.5)  # at least one flush of the event log
+    # the AM's event log on HDFS already says the task started (it is flushed every second)
+    wait_for(lambda: "TASK_STARTED" in cluster.hdfs_read_dir(f"/user/{USER}/.tony/history/intermediate/{job.app_id}"),
+             60, "the task's start in the AM's event log on HDFS")
     am_processes(job.app_id)[0].kill()
     run = job.wait(timeout=120)
     assert run.rc == 1
@@ -213,19 +228,19 @@ def test_retention_purges_and_tonys_jhist_imports(tony, cluster, probe_args, tmp
             {"type": "APPLICATION_FINISHED", "timestamp": 1500000100000,
              "event": {"applicationId": "application_1500000000000_0042", "finishedTasks": 1, "failedTasks": 0,
                        "metrics": []}}])
-    imported = tony_cli(cluster, "history", "import", str(jhist))
-    assert imported.returncode == 0, imported.stderr
+    tony_cli(cluster, "history", "import", str(jhist))
     shown = json.loads(tony_cli(cluster, "history", "show", "application_1500000000000_0042", "--json").stdout)
     assert shown["final_status"] == "SUCCEEDED" and shown["user"] == "alice"
     assert shown["tasks"][0]["metrics"]["MAX_MEMORY_BYTES"] == 2.0e9
     # 2017 is long past the default retention (30 days): the next job's AM purges it, and only it
     run = tony(*probe_args("tony.worker.instances=1", "tony.worker.memory=512m"))
+    assert run.rc == 0, run.output[-3000:]
     remaining = [j["app_id"] for j in json.loads(tony_cli(cluster, "history", "--json").stdout)]
     assert "application_1500000000000_0042" not in remaining and run.app_id in remaining
     # and `tony history purge` does the same on demand
-    assert tony_cli(cluster, "history", "import", str(jhist)).returncode == 0
+    tony_cli(cluster, "history", "import", str(jhist))
     purged = tony_cli(cluster, "history", "--conf", "tony.history.retention-sec=86400", "purge")
-    assert purged.returncode == 0 and "purged 1 job(s)" in purged.stdout, purged.stdout + purged.stderr
+    assert "purged 1 job(s)" in purged.stdout, purged.stdout + purged.stderr
     remaining = [j["app_id"] for j in json.loads(tony_cli(cluster, "history", "list", "--json").stdout)]
     assert "application_1500000000000_0042" not in remaining and run.app_id in remaining
 

@@ -17,10 +17,12 @@ class FakePort:
     def __init__(self):
         self.requests, self.launched, self.stopped, self.released, self.cancelled = [], [], [], [], []
         self.blacklisted = []
+        self.request_ids: dict[str, int] = {}  # the allocation-request id each type was asked under
         self.nodes = 10  # what YARN reports as the cluster's node count
 
     def request(self, request_id, task_type, count):
         self.requests.append((task_type.name, count))
+        self.request_ids[task_type.name] = request_id
 
     def cancel_requests(self, request_id):
         self.cancelled.append(request_id)

@@ -192,7 +192,7 @@ def test_a_task_holds_its_lease_only_while_the_file_says_so(tmp_path, monkeypatc
     path = tmp_path / "tony-lease-0"
     monkeypatch.setenv("TONY_LEASE_FILE", str(path))
     assert not tony_py.task.holds_lease()  # no file: no lease
-    path.write_text(repr(time.monotonic() + 5))
+    path.write_text(repr(time.monotonic() + 3600))
     assert tony_py.task.holds_lease()
     path.write_text(repr(time.monotonic() - 0.01))  # a node thawed after its lease ran out
     assert not tony_py.task.holds_lease()
@@ -212,37 +212,60 @@ def am(tmp_path):
     srv.server_close()
 
 
-def beats(channel: AmChannel, am, fenced: threading.Event, interval: float = 0.1) -> Heartbeats:
+def beats(channel: AmChannel, am, fenced: threading.Event, interval: float = 0.1,
+          fired: list | None = None) -> Heartbeats:
+    """Heartbeats of worker:0 to the AM; the fence sets `fenced` (and notes when, in `fired`)."""
     container = am.h.containers["worker:0"]
     body = {"task": "worker:0", "attempt": 0, "container": container}
-    return Heartbeats(channel, SECRET, container, interval, body=lambda: dict(body), fence=fenced.set)
+
+    def fence():
+        if fired is not None:
+            fired.append(time.monotonic())
+        fenced.set()
+
+    return Heartbeats(channel, SECRET, container, interval, body=lambda: dict(body), fence=fence)
+
+
+def until(predicate, timeout: float = 30.0) -> bool:
+    """Whether predicate() came true within timeout (a generous bound: under load only slower)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def test_heartbeats_renew_the_lease_and_bring_the_ams_instruction(am):
-    channel = AmChannel(am.url, Signer(SECRET, "exec"), give_up_after_s=5, lease=Lease(1.0))
+    lease = Lease(2.0)
+    channel = AmChannel(am.url, Signer(SECRET, "exec"), give_up_after_s=5, lease=lease)
     fenced = threading.Event()
-    hb = beats(channel, am, fenced).start()
+    first_end = lease.ends_at()
+    hb = beats(channel, am, fenced, interval=0.2).start()
     try:
-        time.sleep(1.5)  # longer than the lease: only heartbeats keep it
-        assert not fenced.is_set() and not channel.lease.expired()
+        # past the lease it started with: only heartbeats answered meanwhile can have kept it
+        assert until(lambda: time.monotonic() > first_end + 0.2)
+        assert lease.ends_at() > first_end and not fenced.is_set()
         am.h.c.kill("stop")  # the job ends: the next answer says exit
-        deadline = time.monotonic() + 3
-        while hb.instruction is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        assert until(lambda: hb.instruction is not None)
         assert hb.instruction["action"] == "exit"
     finally:
         hb.stop()
 
 
-def test_when_no_am_answers_the_task_is_fenced_within_its_lease(am):
-    channel = AmChannel(am.url, Signer(SECRET, "exec"), give_up_after_s=5, lease=Lease(0.8))
+def test_when_no_am_answers_the_task_is_fenced_when_its_lease_ends(am):
+    """Never before the lease ends, and within the margin the AM waits past the lease before a
+    replacement may start (fencing.MARGIN_S): that margin is what keeps the two copies apart."""
+    lease = Lease(0.8)
+    channel = AmChannel(am.url, Signer(SECRET, "exec"), give_up_after_s=5, lease=lease)
     am.h.c.lose_rm("the ResourceManager is gone")  # the AM stops answering executors
-    fenced = threading.Event()
-    started = time.monotonic()
-    hb = beats(channel, am, fenced).start()
+    fenced, fired = threading.Event(), []
+    renewed_at, ends_at = lease.renewed_at, lease.ends_at()
+    hb = beats(channel, am, fenced, fired=fired).start()
     try:
-        assert fenced.wait(3)
-        assert 0.7 <= time.monotonic() - started <= 1.2
+        assert fenced.wait(30)
+        assert lease.renewed_at == renewed_at  # the AM's refusals renewed nothing
+        assert ends_at <= fired[0] < ends_at + MARGIN_S, fired[0] - ends_at
     finally:
         hb.stop()
     with pytest.raises(UnsignedAnswer) as refused:  # an unsigned refusal: it renews nothing
@@ -252,24 +275,29 @@ def test_when_no_am_answers_the_task_is_fenced_within_its_lease(am):
 
 
 def test_a_heartbeat_stuck_on_one_lane_does_not_hold_back_the_next(am, monkeypatch):
-    """A lossy link: one request waits in TCP's retransmission backoff; the lease lives on."""
-    channel = AmChannel(am.url, Signer(SECRET, "exec"), give_up_after_s=5, lease=Lease(0.8))
+    """A lossy link: one request waits in TCP's retransmission backoff; the others renew the
+    lease meanwhile, and it outlives its first end while that one is still stuck."""
+    lease = Lease(2.0)
+    channel = AmChannel(am.url, Signer(SECRET, "exec"), give_up_after_s=5, lease=lease)
     import tony_py.executor.heartbeats as heartbeats
 
     real = heartbeats.call_json
-    stuck = threading.Event()
+    stuck, release = threading.Event(), threading.Event()
 
     def first_one_hangs(signer, *args, **kwargs):
         if not stuck.is_set():
             stuck.set()
-            time.sleep(2.0)  # never answered in time
+            release.wait(60)  # never answered while the test looks
         return real(signer, *args, **kwargs)
 
     monkeypatch.setattr(heartbeats, "call_json", first_one_hangs)
     fenced = threading.Event()
+    first_end = lease.ends_at()
     hb = beats(channel, am, fenced, interval=0.2).start()
     try:
-        time.sleep(1.6)
-        assert stuck.is_set() and not fenced.is_set()
+        assert until(lambda: stuck.is_set() and lease.ends_at() > first_end)  # another lane got through
+        assert until(lambda: time.monotonic() > first_end + 0.2)
+        assert not release.is_set() and not fenced.is_set()
     finally:
+        release.set()
         hb.stop()

@@ -230,9 +230,13 @@ class _Job:
 def _monitor(job, tmp_path, monkeypatch, quiet=False):
     import io
 
+    from tony_py.client import notebook
     from tony_py.client.notebook import NotebookMonitor
 
     monkeypatch.setenv("TONY_PY_CACHE", str(tmp_path / "cache"))
+    # the in-process Jupyter answers at once, or refuses at once: a generous timeout only keeps a
+    # loaded machine's slow answer from reading as no answer
+    monkeypatch.setattr(notebook, "PROBE_TIMEOUT_S", 10.0)
     out = io.StringIO()  # not a terminal
     return NotebookMonitor(job, Relay(), "t0k3n", custom_command=False, out=out, quiet=quiet), out
 

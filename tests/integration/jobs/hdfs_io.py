@@ -2,12 +2,13 @@
 NodeManager's HADOOP_TOKEN_FILE_LOCATION, read afresh by each `hdfs dfs`): no keytab, and a
 ticket cache that cannot exist.
 
-    hdfs_io.py LIB DIR [--rounds N --every S] [--die-in-round R | --die-at EPOCH] [--rounds-after-restart M]
+    hdfs_io.py LIB DIR [--rounds N --every S] [--die-in-round R | --die-after EPOCH:K] [--rounds-after-restart M]
 
 reads DIR/input.txt, then N times (S seconds apart) writes DIR/out/<task>-a<attempt>-r<round>.txt
 (N=1: DIR/out/<task>.txt); --die-in-round kills itself with SIGKILL in that round of its first
-attempt, --die-at in its first round that starts at or after that time (a restart, whose new
-containers need live tokens to start at all).
+attempt, --die-after once K rounds that started at or after EPOCH were written (so they are
+there however slowly a loaded machine runs them; then a restart, whose new containers need live
+tokens to start at all).
 """
 
 import argparse
@@ -25,7 +26,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--every", type=float, default=0)
     p.add_argument("--die-in-round", type=int, default=-1)
-    p.add_argument("--die-at", type=float, default=None)
+    p.add_argument("--die-after", default=None, help="EPOCH:K")
     p.add_argument("--rounds-after-restart", type=int, default=None)
     args = p.parse_args()
     me = f"{os.environ['JOB_NAME']}-{os.environ['TASK_INDEX']}"
@@ -41,10 +42,14 @@ def main() -> int:
         print(got.stderr[-3000:], file=sys.stderr)
         return 5
     rounds = args.rounds if attempt == "0" or args.rounds_after_restart is None else args.rounds_after_restart
+    since, after = (float(args.die_after.split(":")[0]), int(args.die_after.split(":")[1])) if args.die_after \
+        else (None, 0)
+    written_since = 0
     for n in range(rounds):
-        due = n == args.die_in_round or (args.die_at is not None and time.time() >= args.die_at)
+        due = n == args.die_in_round or (since is not None and written_since >= after)
         if due and attempt == "0":
             os.kill(os.getpid(), signal.SIGKILL)
+        started = time.time()
         name = f"{me}.txt" if args.rounds == 1 else f"{me}-a{attempt}-r{n}.txt"
         put = subprocess.run(cmd + ["-put", "-", f"{args.base}/out/{name}"], input=f"{me} read {got.stdout.strip()}\n",
                              env=env, capture_output=True, text=True)
@@ -52,6 +57,7 @@ def main() -> int:
             print(f"round {n} at {time.strftime('%H:%M:%S')}: {put.stderr[-3000:]}", file=sys.stderr)
             return 7
         print(f"{me}: round {n} written at {time.strftime('%H:%M:%S')}", flush=True)
+        written_since += since is not None and started >= since
         time.sleep(args.every)
     return 0
 

@@ -34,6 +34,9 @@ def main():
     p.add_argument("--print-every", type=float, default=0, help="print a numbered line this often while waiting")
     p.add_argument("--burn", action="store_true", help="hold 64 MB and keep a core busy while waiting")
     p.add_argument("--once", action="store_true", help="--fail only in the first gang attempt")
+    p.add_argument("--after-record", default="", help="comma-separated tasks whose record must exist before going on")
+    p.add_argument("--after-end", default="",
+                   help="comma-separated other tasks that must have ended (by themselves, in this gang attempt) first")
     args = p.parse_args()
     me = f"{os.environ['JOB_NAME']}:{os.environ['TASK_INDEX']}"
     record = {k: os.environ.get(k) for k in VARS}
@@ -68,6 +71,12 @@ def main():
     save()
     atexit.register(finished)
     print(f"probe {me} started", flush=True)
+    for other in filter(None, args.after_record.split(",")):  # an order of events, not a race of sleeps
+        while not os.path.exists(os.path.join(args.out, f"{other}.json")):
+            time.sleep(0.05)
+    for other in filter(None, args.after_end.split(",")):
+        while other != me and not ended_in_this_attempt(os.path.join(args.out, f"{other}.json")):
+            time.sleep(0.05)
 
     def lookup(spec):
         for item in filter(None, spec.split(",")):
@@ -125,6 +134,15 @@ def main():
         print(f"probe {me} failing on purpose with exit code {code}", file=sys.stderr, flush=True)
         sys.exit(int(code))
     print(f"probe {me} done", flush=True)
+
+
+def ended_in_this_attempt(path: str) -> bool:
+    try:
+        with open(path) as f:
+            other = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return "ended_at" in other and other.get("TONY_RESTART_ATTEMPT") == os.environ.get("TONY_RESTART_ATTEMPT")
 
 
 if __name__ == "__main__":

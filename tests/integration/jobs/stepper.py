@@ -42,6 +42,7 @@ def main():
     log = os.open(f"{args.dir}/steps/{me}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     while step < args.steps:
         time.sleep(args.step_time)
+        checked = time.time()  # what the lease guards: the check, before the writes it allows
         if not tony_py.task.holds_lease():
             print(f"lease lost before step {step + 1}: not writing", flush=True)
             time.sleep(args.step_time)
@@ -50,7 +51,7 @@ def main():
         with open(ckpt + f".{os.getpid()}", "w") as f:
             json.dump({"step": step}, f)
         os.replace(ckpt + f".{os.getpid()}", ckpt)
-        os.write(log, (json.dumps({**who, "step": step, "t": time.time()}) + "\n").encode())
+        os.write(log, (json.dumps({**who, "step": step, "t": time.time(), "checked": checked}) + "\n").encode())
     print(f"done at step {step}", flush=True)
 
 
@@ -67,6 +68,7 @@ class Writer:
     attempt: int
     first: float  # time of its first step
     last: float  # time of its last step
+    last_checked: float  # when it last found it held its lease (the check before its last step)
     first_step: int
     last_step: int
     steps: int
@@ -87,9 +89,10 @@ def writers(steps: list[dict]) -> dict[str, list[Writer]]:
         w = found.get(key)
         if w is None:
             found[key] = Writer(s["task"], s["container"], s["host"], s["pid"], s["attempt"], s["t"], s["t"],
-                                s["step"], s["step"], 1)
+                                s.get("checked", s["t"]), s["step"], s["step"], 1)
         else:
             w.last, w.last_step, w.steps = s["t"], s["step"], w.steps + 1
+            w.last_checked = s.get("checked", s["t"])
     by_task: dict[str, list[Writer]] = {}
     for w in sorted(found.values(), key=lambda w: w.first):
         by_task.setdefault(w.task, []).append(w)

@@ -92,8 +92,10 @@ def test_a_detached_job_across_three_hosts_and_every_view_of_it(cluster, tony, p
 
     # after the end: logs from YARN's aggregation, and the history, name every host
     done = tony_cli(cluster, "logs", app_id, "--task", "worker:2", "--file", "stdout")
-    assert "probe worker:2 done" in done.stdout, done.stderr
-    shown = json.loads(tony_cli(cluster, "history", "show", app_id, "--json").stdout)
+    assert done.returncode == 0 and "probe worker:2 done" in done.stdout, done.stderr
+    shown = tony_cli(cluster, "history", "show", app_id, "--json")
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    shown = json.loads(shown.stdout)
     assert {t["host"] for t in shown["tasks"] if t["name"].startswith("worker")} == hosts
 
 
