@@ -10,7 +10,7 @@ import threading
 import pytest
 import requests
 
-from support import USER, Background, probe_records, tasks_running, wait_for
+from support import JOBS, PYTHON, USER, Background, probe_records, tasks_running, wait_for
 from test_client_and_api import make_venv_zip
 from test_cluster import hadoop_java
 
@@ -74,7 +74,9 @@ def test_a_group_dependency_timeout(ignored, tony, probe_args, cluster):
             "tony.application.group.A=worker", "tony.application.dependency.evaluator.timeout.after.A=2"]
     if ignored:
         conf.append("tony.application.dependency.evaluator.timeout.after.A.ignored=true")
-    run = tony(*probe_args(*conf, params="--sleep chief:0:8 --forever evaluator:0"))
+    # not ignored, the chief runs on: only the dependency timeout can end the job
+    params = "--sleep chief:0:8 --forever evaluator:0" if ignored else "--forever chief:0,evaluator:0"
+    run = tony(*probe_args(*conf, params=params))
     diagnostics = cluster.app(run.app_id)["diagnostics"]
     if ignored:  # the evaluator is untracked once its group finished: the job ends with the chief
         assert run.rc == 0, run.output[-3000:]
@@ -98,29 +100,28 @@ def test_an_ignored_timeout_does_not_mask_a_later_real_failure(tony, probe_args,
 
 
 # ---- sidecar TensorBoard ---------------------------------------------------------------------------
-def test_sidecar_tensorboard_serves_an_hdfs_log_dir(tony, probe_args, tmp_path, cluster):
+def test_sidecar_tensorboard_serves_what_a_real_tensorflow_task_wrote(tony, tmp_path, cluster):
+    """worker:0 writes TensorFlow summaries (a `loss` scalar, 20 steps) into the job's HDFS log
+    dir; the sidecar mirrors it and its TensorBoard parses them: its own API lists the run and
+    returns the 20 values."""
     log_dir = f"/tmp/tony-it-tb-{tmp_path.name}"
-    event = tmp_path / "events.out.tfevents.1.test"
-    event.write_bytes(b"not really an event file")
     assert hadoop_java(cluster, "org.apache.hadoop.fs.FsShell", "-mkdir", "-p", log_dir).returncode == 0
-    assert hadoop_java(cluster, "org.apache.hadoop.fs.FsShell", "-put", str(event), log_dir).returncode == 0
     release = tmp_path / "release"
     result = {}
     job = threading.Thread(target=lambda: result.update(run=tony(
-        *probe_args("tony.worker.instances=2", "tony.worker.memory=512m", "tony.tensorboard.memory=1g",
-                    params=f"--until-file {release}"),
-        "--sidecar_tensorboard_log_dir", f"hdfs://{log_dir}")))
+        "--src_dir", str(JOBS), "--executes", "tb_events.py", "--python_binary_path", PYTHON,
+        "--task_params", f"{cluster.lib_dir} {release} {tmp_path / 'env'}", "--conf", "tony.application.framework=tensorflow",
+        "--conf", "tony.am.memory=512m", "--conf", "tony.worker.instances=2", "--conf", "tony.worker.memory=1g",
+        "--conf", "tony.tensorboard.memory=1g", "--sidecar_tensorboard_log_dir", f"hdfs://{log_dir}")))
     job.start()
     try:
-        records = wait_for(lambda: len(probe_records(tmp_path)) == 2 and probe_records(tmp_path), 120, "the workers")
-        app_id = env(records["worker:0"], "JOB_ID")
+        app_id = wait_for(lambda: next((a["id"] for a in cluster.apps("RUNNING")), None), 120, "the job to run")
         url = wait_for(lambda: (cluster.am_status(app_id) or {}).get("tensorboard_url"), 120,
-                       "the sidecar to register TensorBoard")
-        assert requests.get(url, timeout=10).status_code == 200  # TensorBoard itself answers
-        mirrored = wait_for(lambda: list(cluster.workdir.glob(
-            f"data/nm*/local/usercache/*/appcache/{app_id}/container_*/tensorboard-logs-*/{event.name}")), 30,
-            "the HDFS log dir to be mirrored for TensorBoard")
-        assert mirrored[0].read_bytes() == event.read_bytes()
+                       "the sidecar to register TensorBoard").rstrip("/")
+        # TensorBoard's own reading of the events, once the mirror has them
+        loss = wait_for(lambda: _scalars(url, "loss"), 120, "TensorBoard to serve the task's `loss` scalar")
+        assert [step for _, step, _ in loss] == list(range(20))
+        assert loss[0][2] == 1.0 and abs(loss[-1][2] - 1 / 20) < 1e-6
     finally:
         release.touch()
         job.join(timeout=180)
@@ -128,10 +129,25 @@ def test_sidecar_tensorboard_serves_an_hdfs_log_dir(tony, probe_args, tmp_path, 
     run = result["run"]
     assert run.rc == 0, run.output[-3000:]
     assert f"TensorBoard: {url}" in run.stdout
+    records = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "env").glob("*.json")}
+    assert sorted(records) == ["worker:0", "worker:1"]
     for r in records.values():
-        assert env(r, "TB_LOG_DIR") == f"hdfs://{log_dir}" and env(r, "TB_PORT") is None  # the sidecar has it
-        assert "tensorboard" not in json.loads(env(r, "TF_CONFIG"))["cluster"]
+        assert r["TB_LOG_DIR"] == f"hdfs://{log_dir}" and r["TB_PORT"] is None  # the sidecar has it
+        assert "tensorboard" not in json.loads(r["TF_CONFIG"])["cluster"]
     assert "tensorboard:0 STOPPED" in cluster.app(run.app_id)["diagnostics"]  # stopped when training ended
+
+
+def _scalars(url: str, tag: str) -> list | None:
+    """[[wall_time, step, value], ...] of the tag in TensorBoard's first run that has it, else None."""
+    try:
+        tags = requests.get(f"{url}/data/plugin/scalars/tags", timeout=10).json()
+        run = next((run for run, run_tags in tags.items() if tag in run_tags), None)
+        if run is None:
+            return None
+        values = requests.get(f"{url}/data/plugin/scalars/scalars", params={"run": run, "tag": tag}, timeout=10).json()
+        return values if len(values) == 20 else None
+    except (requests.RequestException, ValueError):
+        return None
 
 
 def test_a_sidecar_without_tensorboard_fails_alone_with_one_line(tony, probe_args, tmp_path, cluster):
