@@ -415,6 +415,61 @@ def test_gang_task_failing_before_registration_fails_the_job(tmp_path):
     assert c1 in h.port.released  # never started: given back, not stopped
 
 
+def test_a_readopted_task_that_never_reaches_the_new_attempt_went_with_the_old_one(tmp_path):
+    """The earlier AM's node was cut off: YARN still lists its tasks' containers, so they are
+    re-adopted, but their executors never reach the new attempt. Their silence is the lost
+    AM's, as an end while no AM ran would be: the infrastructure's restart, whether the AM's own
+    silence detection or YARN's report of the node's containers comes first. A re-adopted task
+    that did reach the new attempt and went silent after is an ordinary lost executor."""
+    from tony_py.am.adoption import ADOPTION_GRACE_S
+
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
+    h.bring_up()
+    for name in h.containers:
+        h.c.tasks[name].control_url = f"http://{name}"
+    snap = AmSnapshot.from_dict(json.loads(json.dumps(h.c.snapshot().to_dict())))
+    fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1", start=False)
+    fresh.c.adopt(snap, [{"id": c} for c in h.containers.values()])
+    fresh.c.start()
+    end = fresh.clock.now + ADOPTION_GRACE_S + 10
+    while fresh.clock.now < end and fresh.c.attempt == 0:  # worker:0 found the new AM, worker:1 never does
+        fresh.clock.now += 0.5
+        fresh.c.heartbeat("worker:0", 0, h.containers["worker:0"], {})
+        fresh.c.tick()
+    assert (fresh.c.restarts_used, fresh.c.infra_restarts_used) == (0, 1) and fresh.c.decision is None
+    [failure] = fresh.c.failures
+    assert failure.task == "worker:1" and failure.lost_with_am and "never reached this AM attempt" in failure.message
+    # worker:0 was heard from: its own silence later would be an ordinary lost executor's
+    assert fresh.c.tasks["worker:0"].adopted_at is None
+
+
+def test_a_readopted_executor_that_fenced_while_no_am_answered_went_with_the_old_attempt(tmp_path):
+    """Its first word to the new attempt is that it killed its task when no AM answered: the
+    lost AM's doing (infrastructure). After it has reached the new attempt, a fence is an
+    ordinary lost executor's (the user's budget)."""
+    def fresh_after_failover():
+        h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=2")
+        h.bring_up()
+        for name in h.containers:
+            h.c.tasks[name].control_url = f"http://{name}"
+        snap = AmSnapshot.from_dict(json.loads(json.dumps(h.c.snapshot().to_dict())))
+        fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=2", start=False)
+        fresh.c.adopt(snap, [{"id": c} for c in h.containers.values()])
+        fresh.c.start()
+        fresh.containers = h.containers
+        return fresh
+
+    fresh = fresh_after_failover()
+    fresh.c.report_result("worker:1", 0, fresh.containers["worker:1"], None, "SIGKILL", fenced=True)
+    assert (fresh.c.restarts_used, fresh.c.infra_restarts_used) == (0, 1)
+    assert fresh.c.failures[-1].lost_with_am and "while no AM attempt answered it" in fresh.c.failures[-1].message
+
+    fresh = fresh_after_failover()
+    fresh.c.heartbeat("worker:1", 0, fresh.containers["worker:1"], {})  # it reached the new attempt
+    fresh.c.report_result("worker:1", 0, fresh.containers["worker:1"], None, "SIGKILL", fenced=True)
+    assert (fresh.c.restarts_used, fresh.c.infra_restarts_used) == (1, 0) and not fresh.c.failures[-1].lost_with_am
+
+
 def test_adopt_with_several_lost_tasks_spends_one_restart(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=3", "tony.am.retry-count=1")
     h.bring_up()

@@ -72,16 +72,12 @@ def adopt(job: Job, recovery: Recovery, snap: AmSnapshot, live_containers: list[
         return []
     if snap.state in (JobState.RUNNING.value, JobState.RESTARTING.value) and snap.state != job.state.value:
         job.enter(JobState(snap.state), f"resumed {snap.state} from the earlier AM attempt")
-    # Several tasks lost at once are one event: record them all, decide once. A task whose
-    # container ended while no AM was running ended with the earlier attempt (its executor ran out
-    # of lease, or its node went with the AM's): the cluster's doing, not the user's code, so the
-    # restart comes from the infrastructure's budget. This is also what YARN's own report says
-    # when it is first (the lost node's containers aborted), so the budget does not depend on
-    # which of the two the new attempt hears first.
+    # Several tasks lost at once are one event: record them all, decide once. They went with the
+    # earlier attempt (policy.is_infrastructure).
     lost = [job.tasks[name] for name in plan.lost if name in job.tasks]
     for task in lost:
-        recovery.fail(task, FailureKind.INFRASTRUCTURE, "its container ended while no AM was running",
-                      container=task.last_container, apply=False)
+        recovery.fail(task, FailureKind.LOST, "its container ended while no AM was running",
+                      container=task.last_container, apply=False, lost_with_am=True)
     if lost:
         recovery.after_failure(lost[0])
     job.dirty = True
@@ -124,6 +120,7 @@ def _restore_task(job: Job, port, task: Task, record: TaskRecord, plan) -> None:
         task.control_url, task.state = record.control_url, record.state
         task.launched_at = now
         task.last_heartbeat = now + ADOPTION_GRACE_S  # while it learns the new address
+        task.adopted_at = now  # until its executor first reaches this attempt (protocol.lookup)
         # Not heard from yet by this attempt; for its fence (all copies are fenced from this
         # attempt's start anyway) and for keeping it in a restart, it counts as heard from now.
         task.last_contact = now

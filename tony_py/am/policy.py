@@ -86,8 +86,12 @@ def container_failure_kind(exit_status: int) -> FailureKind:
 
 
 def is_infrastructure(failure: Failure) -> bool:
-    """The cluster's doing: restarted from tony.application.max-infrastructure-restarts."""
-    return failure.kind in INFRASTRUCTURE_KINDS or failure.during_preemption_of is not None
+    """The cluster's doing: restarted from tony.application.max-infrastructure-restarts. A task
+    that went with a lost AM attempt (its container ended while no AM ran, or it never reached
+    the next attempt) is too: the AM's loss is never the user's code, and YARN's own word on the
+    same fault (the lost node's containers aborted) is the infrastructure's, so which of them
+    the next attempt hears first does not change the budget."""
+    return failure.kind in INFRASTRUCTURE_KINDS or failure.during_preemption_of is not None or failure.lost_with_am
 
 
 def is_retryable(spec: JobSpec, failure: Failure) -> bool:

@@ -32,8 +32,11 @@ class ExecutorProtocol:
         self._announced: set[str] = set()  # fences a waiting gang has been told about
 
     # ---- which copy of a task is calling, and is it current --------------------------------
-    def lookup(self, name: str, attempt: int, container_id: str | None) -> tuple[Task | None, dict | None]:
-        """The task an executor call is about, and what to answer instead if the call is stale."""
+    def lookup(self, name: str, attempt: int, container_id: str | None,
+               alive: bool = True) -> tuple[Task | None, dict | None]:
+        """The task an executor call is about, and what to answer instead if the call is stale.
+        alive: the call shows its executor reached this AM attempt with its task running (a
+        result's does not: it may report what happened while no AM answered)."""
         job = self.job
         task = job.tasks.get(name)
         if task is None:
@@ -43,6 +46,8 @@ class ExecutorProtocol:
                 job.fences.heard_from(container_id, job.clock())  # superseded, and still alive
             return task, self.instruction(task, attempt, container_id)
         task.last_contact = job.clock()
+        if alive:
+            task.adopted_at = None  # (heard from by this AM attempt: no longer gone with the last one)
         if attempt > task.attempt:
             self._catch_up(task, attempt)
         return task, self.instruction(task, attempt, container_id)
@@ -255,9 +260,11 @@ class ExecutorProtocol:
         """preempted: the executor sent the task a preemption's SIGTERM (its word survives an AM
         fail-over, and a process that ended before the warning reached it is not preempted)."""
         job = self.job
-        task, stale = self.lookup(name, attempt, container_id)
+        task, stale = self.lookup(name, attempt, container_id, alive=False)
         if stale:
             return stale
+        with_am = task.adopted_at is not None  # re-adopted, and this is the first this attempt hears of it
+        task.adopted_at = None
         task.ended = True  # the executor saw its process end (and killed what it left)
         task.exit_code = exit_code
         task.signal = signal
@@ -266,10 +273,11 @@ class ExecutorProtocol:
         if metrics:
             task.metrics = metrics
         job.dirty = True
-        if fenced:
+        if fenced:  # (before this attempt took over: no AM answered it, it went with the last one)
             self.recovery.fail(task, FailureKind.LOST, f"its executor heard nothing from the AM for "
-                               f"tony.task.executor.lease-sec={job.spec.lease_s} s and killed it (fenced)",
-                               signal=signal, stderr_tail=stderr_tail, when=task.finished_at)
+                               f"tony.task.executor.lease-sec={job.spec.lease_s} s and killed it (fenced)"
+                               f"{' while no AM attempt answered it' if with_am else ''}",
+                               signal=signal, stderr_tail=stderr_tail, when=task.finished_at, lost_with_am=with_am)
         elif exit_code == 0 and not signal and not preempted:
             self._succeeded(task)
         else:

@@ -46,6 +46,7 @@ class Task:
     gpus: list[str] = field(default_factory=list)  # the devices its container holds (am/gpus.py)
     preempt_deadline: float | None = None  # YARN kills its container then (epoch s): the task was warned
     preempted_at: float | None = None  # when the AM learned it
+    adopted_at: float | None = None  # re-adopted from an earlier AM attempt, not heard from by this one yet
 
     @property
     def name(self) -> str:
@@ -72,6 +73,7 @@ class Task:
         self.released = False
         self.served = self.ended = False
         self.preempt_deadline = self.preempted_at = None
+        self.adopted_at = None
         self.kept = keep_container and self.container is not None
         if self.kept:
             self.state = TaskState.LAUNCHED

@@ -73,11 +73,16 @@ class Watchdog:
                 continue
             timed_out = policy.task_timeout(job.spec, task, now)
             if timed_out:
-                if timed_out[0] == FailureKind.LOST:
-                    job.events.record(ev.HEARTBEAT_LOST, timed_out[1], task.name, attempt=task.attempt,
+                kind, message = timed_out
+                details = {}
+                if kind == FailureKind.LOST:
+                    job.events.record(ev.HEARTBEAT_LOST, message, task.name, attempt=task.attempt,
                                       silent_s=round(now - task.last_heartbeat, 3))
                     self._avoid_node_of(task)
-                self.recovery.fail(task, *timed_out)
+                    if task.adopted_at is not None:  # never reached this attempt: it went with the last one
+                        message += f"; re-adopted {now - task.adopted_at:.0f} s ago, it never reached this AM attempt"
+                        details["lost_with_am"] = True
+                self.recovery.fail(task, kind, message, **details)
 
     def _avoid_node_of(self, task) -> None:
         if task.container is not None:

@@ -72,6 +72,7 @@ class Failure(Checked):
     stderr_tail: str = ""
     error: dict[str, Any] | None = None  # what the task wrote to its TONY_ERROR_FILE
     during_preemption_of: str | None = None  # it ended while this task was being preempted (its consequence)
+    lost_with_am: bool = False  # it went with an earlier AM attempt (ended, or silent, since that one was lost)
 
     def headline(self) -> str:
         where = f" on {self.host}" if self.host else ""
