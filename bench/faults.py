@@ -16,7 +16,9 @@ signed with the process that took it) on a 3-NodeManager Docker cluster, strikes
   restarts            gang restarts spent, from either budget
   infra_restarts      of those, the infrastructure's (tony.application.max-infrastructure-restarts:
                       YARN reported the containers lost, or they ended while no AM ran)
-  split_brain         pairs of live copies of one task that both wrote (must be 0)
+  split_brain         pairs of live copies of one task that both decided to write (must be 0)
+  late_landings       writes an older copy decided before its successor started, landing after
+                      (in flight when a node froze; the stepper's checkpoint is fenced by attempt)
 
 The baseline is YARN's own verdict on the same cluster: its NodeManager expiry (30 s here, 10 min
 by default) and AM expiry (15 s here), and, for the killed node, when the ResourceManager actually
@@ -41,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
 
 from multihost.faultjob import LEASE_S, StepperJob, am_address, host_of, resumed_at  # noqa: E402
-from stepper import split_brain, writers  # noqa: E402
+from stepper import late_landings, split_brain, writers  # noqa: E402
 from support import Cluster, wait_for  # noqa: E402
 from tony_py.cluster.docker import DockerCluster  # noqa: E402
 from tony_py.cluster.faults import Faults  # noqa: E402
@@ -192,6 +194,7 @@ def run_one(cluster: Cluster, faults: Faults, scenario: Scenario) -> dict:
         "restarts_expected": scenario.restarts,
         "am_attempts": history["am_attempts"],
         "split_brain": len(split_brain(steps)),
+        "late_landings": len(late_landings(steps)),
         "app_id": job.app_id,
     }
     if watch:

@@ -4,10 +4,14 @@ but TonY-py's fencing keeps a stale copy of a task from stepping on beside its r
 collective training would stall instead and hide a split brain).
 
 Every step appends one line to <dir>/steps/<task>.jsonl saying who took it: the task, the step,
-the time, the container, the host, the pid, the gang attempt and the task's epoch. The checkpoint
-is written (atomically) before the line, and only while the task holds its lease
-(tony_py.task.holds_lease): a process frozen with its node and thawed after the lease ran out
-must not write, even in the instant before its executor kills it.
+the time it was written and the time its lease was checked, the container, the host, the pid and
+the gang attempt. The checkpoint is written (atomically) before the line, and only while the
+task holds its lease (tony_py.task.holds_lease): a process frozen with its node and thawed after
+the lease ran out must not decide to write, even in the instant before its executor kills it.
+A process frozen between that check and its write still lands the write after the thaw (no
+lease can stop what is past its check): so the checkpoint is fenced by the gang attempt, which
+grows with every copy of the task (TONY_RESTART_ATTEMPT) — each attempt writes a file of its
+own and a copy resumes from the highest — and a late write cannot overwrite a newer copy's.
 """
 
 import argparse
@@ -27,18 +31,15 @@ def main():
     p.add_argument("--step-time", type=float, default=0.2)
     args = p.parse_args()
     me = f"{os.environ['JOB_NAME']}:{os.environ['TASK_INDEX']}"
+    attempt = int(os.environ.get("TONY_RESTART_ATTEMPT", "0"))
     os.makedirs(f"{args.dir}/steps", exist_ok=True)
     os.makedirs(f"{args.dir}/ckpt", exist_ok=True)
-    ckpt = f"{args.dir}/ckpt/{me}.json"
+    ckpt = f"{args.dir}/ckpt/{me}.{attempt}.json"  # fenced: the attempt is the token
     who = {"task": me, "container": os.environ.get("CONTAINER_ID"), "host": os.environ.get("NM_HOST"),
-           "pid": os.getpid(), "attempt": int(os.environ.get("TONY_RESTART_ATTEMPT", "0")),
-           "epoch": os.environ.get("TONY_TASK_EPOCH")}
-    try:
-        with open(ckpt) as f:
-            step = json.load(f)["step"]
+           "pid": os.getpid(), "attempt": attempt}
+    step = resume(f"{args.dir}/ckpt", me)
+    if step:
         print(f"resumed from checkpoint: step {step}", flush=True)
-    except FileNotFoundError:
-        step = 0
     log = os.open(f"{args.dir}/steps/{me}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     while step < args.steps:
         time.sleep(args.step_time)
@@ -54,6 +55,21 @@ def main():
         os.write(log, (json.dumps({**who, "step": step, "t": time.time(), "checked": checked}) + "\n").encode())
     print(f"done at step {step}", flush=True)
 
+
+def resume(directory: str, task: str) -> int:
+    """The step in the checkpoint of the task's highest attempt (0: none yet)."""
+    best = None
+    for path in Path(directory).glob(f"{task}.*.json"):
+        try:
+            attempt = int(path.name[len(task) + 1:-len(".json")])
+        except ValueError:
+            continue
+        if best is None or attempt > best[0]:
+            best = (attempt, path)
+    if best is None:
+        return 0
+    with open(best[1]) as f:
+        return json.load(f)["step"]
 
 
 # ---- reading what the steps say (the fault tests and bench/faults.py) -----------------------------
@@ -100,17 +116,42 @@ def writers(steps: list[dict]) -> dict[str, list[Writer]]:
 
 
 def split_brain(steps: list[dict]) -> list[str]:
-    """Every pair of processes that took steps of the same task while both were live: one wrote
-    after the other had started. Empty when each copy of a task stopped before the next wrote."""
-    found = []
+    """Every pair of processes that took steps of the same task while both were live: one decided
+    to write (its lease check) after the other had started writing. Empty when each copy of a
+    task stopped deciding before the next wrote."""
+    last: dict[tuple, tuple] = {}  # one line per pair of copies: the older one's last such step
+    for task, a, b, s in _after_successor(steps):
+        if _checked(s) > b.first:
+            last[(task, a.container, a.pid, b.container, b.pid)] = (task, a, b, s)
+    return [f"{task}: {a.host} pid {a.pid} ({a.container}, attempt {a.attempt}) checked its lease for step {s['step']} "
+            f"{_checked(s) - b.first:.2f} s after {b.host} pid {b.pid} ({b.container}, attempt {b.attempt}) wrote "
+            f"step {b.first_step}" for task, a, b, s in last.values()]
+
+
+def late_landings(steps: list[dict]) -> list[str]:
+    """Steps a copy decided before its successor started (its lease held) but that landed after:
+    a write in flight when its node froze, landing at the thaw. Lease fencing cannot stop those;
+    a fenced storage (the checkpoint per attempt here) makes them harmless."""
+    return [f"{task}: {a.host} pid {a.pid} ({a.container}, attempt {a.attempt}) step {s['step']} landed "
+            f"{s['t'] - b.first:.2f} s after {b.host} pid {b.pid} started, decided {b.first - _checked(s):.2f} s before"
+            for task, a, b, s in _after_successor(steps) if _checked(s) <= b.first]
+
+
+def _checked(step: dict) -> float:
+    return step.get("checked", step["t"])
+
+
+def _after_successor(steps: list[dict]):
+    """(task, older copy, newer copy, a step of the older one written after the newer one's first)."""
+    by_writer: dict[tuple, list[dict]] = {}
+    for s in steps:
+        by_writer.setdefault((s["task"], s["container"], s["pid"]), []).append(s)
     for task, ws in writers(steps).items():
         for i, a in enumerate(ws):
             for b in ws[i + 1:]:
-                if a.last > b.first:
-                    found.append(f"{task}: {a.host} pid {a.pid} ({a.container}, attempt {a.attempt}) wrote step "
-                                 f"{a.last_step} at {a.last:.3f}, {a.last - b.first:.2f} s after {b.host} pid {b.pid} "
-                                 f"({b.container}, attempt {b.attempt}) wrote step {b.first_step}")
-    return found
+                for s in by_writer[(task, a.container, a.pid)]:
+                    if s["t"] > b.first:
+                        yield task, a, b, s
 
 
 if __name__ == "__main__":
