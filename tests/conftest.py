@@ -5,9 +5,10 @@ Markers by location: tests/unit are `unit`, tests/integration are `integration`.
 
 Lanes (tests/lanes.py): `multihost` (the Docker cluster), `secure` (the Kerberos cluster),
 `unit` (pure logic) and `processes` (the one-host cluster). `scripts/test` runs the suite with
-pytest-xdist (`-n N --dist loadgroup`): the Docker and the Kerberos lanes are one group each (one
-worker, one cluster each), every other test goes to whichever worker is free, and each worker
-that runs one-host tests brings up a one-host cluster of its own, once. Most of an integration
+pytest-xdist (`-n N --dist loadscope`, scheduled by lane here): the Docker and the Kerberos lanes
+are one unit of work each (one worker, one cluster each), every other test goes to whichever
+worker is free, and each worker that runs one-host tests brings up a one-host cluster of its
+own, once. Most of an integration
 test is waiting on YARN's and TonY-py's timers, so the lanes share the two cores well. The long
 lanes are queued first, then the unit tier, then the one-host tests longest first. Without
 xdist (`-p no:xdist`, `-n 0`) the unit tier runs first and the Docker node image builds in the
@@ -25,38 +26,35 @@ import time
 
 import pytest
 
-from lanes import LANES, expected_seconds, lane_of, xdist_group
+from lanes import LANES, expected_seconds, lane_of, lane_scheduler, work_unit
 
 NO_SKIPS_ENV = "TONY_TEST_NO_SKIPS"
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m selects by these markers, and before xdist reads the groups
+@pytest.hookimpl(tryfirst=True)  # before -m selects by these markers
 def pytest_collection_modifyitems(config, items):
-    groups: dict[pytest.Item, str | None] = {}
     for item in items:
         lane = lane_of(str(item.fspath))
         item.add_marker(pytest.mark.unit if lane == "unit" else pytest.mark.integration)
-        groups[item] = xdist_group(item, lane)
-        if groups[item]:
-            item.add_marker(pytest.mark.xdist_group(groups[item]))
     if _distributed(config):
-        # xdist hands out work in this order: the long lanes first, then the unit tier, then the
-        # one-host tests and groups longest first (a group keeps its members' order)
+        # the scheduler hands out units of work in this order: the long lanes first, then the
+        # unit tier, then the one-host tests and modules longest first (a unit keeps its order)
         order = {lane: rank for rank, lane in enumerate(LANES)}
+        units = {item: work_unit(item.nodeid) for item in items}
         totals: dict[str, float] = {}
-        for item, group in groups.items():
-            if group:
-                totals[group] = totals.get(group, 0.0) + expected_seconds(item)
+        for item, unit in units.items():
+            totals[unit] = totals.get(unit, 0.0) + expected_seconds(item)
         position = {item: index for index, item in enumerate(items)}
-
-        def key(item):
-            group = groups[item]
-            cost = totals[group] if group else expected_seconds(item)
-            return order[lane_of(str(item.fspath))], -cost, group or "", position[item]
-
-        items.sort(key=key)
+        items.sort(key=lambda item: (order[lane_of(str(item.fspath))], -totals[units[item]], units[item],
+                                     position[item]))
     else:
         items.sort(key=lambda item: 0 if lane_of(str(item.fspath)) == "unit" else 1)
+
+
+@pytest.hookimpl(tryfirst=True, optionalhook=True)  # (no such hook without xdist: -p no:xdist)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadscope` (scripts/test) schedules by lane: tests/lanes.py."""
+    return lane_scheduler(config, log)
 
 
 def _distributed(config) -> bool:

@@ -1,9 +1,9 @@
-"""Which lane a test runs in, and what the scheduler may group (tests/conftest.py).
+"""Which lane a test runs in, and what the scheduler keeps together (tests/conftest.py).
 
-- `multihost`: tests/integration/multihost, on the Docker cluster; one group, so one worker
-  runs them all on one cluster.
-- `secure`: tests/integration/secure, on the Kerberos cluster; one group likewise.
-- `unit`: tests/unit; grouped by module (their module fixtures are built once).
+- `multihost`: tests/integration/multihost, on the Docker cluster; one unit of work, so one
+  worker runs them all on one cluster.
+- `secure`: tests/integration/secure, on the Kerberos cluster; one unit likewise.
+- `unit`: tests/unit; a unit per module (their module fixtures are built once).
 - `processes`: the rest of tests/integration, on the one-host cluster of whichever worker runs
   them; a test is its own unit of work unless its module shares a fixture between its tests
   (a module-scoped fixture), then the module is.
@@ -15,10 +15,36 @@ waiting. They are hints only: a wrong or missing figure costs balance, never cor
 
 from __future__ import annotations
 
-LANES = ("multihost", "secure", "unit", "processes")  # the order work is queued in
-DEFAULT_INTEGRATION_S = 20.0
+import functools
+import re
+from pathlib import Path
 
-EXPECTED_S: dict[str, float] = {}
+LANES = ("multihost", "secure", "unit", "processes")  # the order work is queued in
+DEFAULT_INTEGRATION_S = 8.0  # about a one-host test's median
+
+# seconds, from the serial fresh-clone run of 2026-11-27 (before the lanes); by test, any parameters
+EXPECTED_S: dict[str, float] = {
+    "tests/integration/test_failures.py::test_lost_nodemanager_job_finishes_on_the_other_node": 38,
+    "tests/integration/test_elastic.py::test_a_lost_node_shrinks_the_gang_to_min_instances_and_it_trains_on": 35,
+    "tests/integration/test_client_and_api.py::test_interrupt_at_any_point_kills_the_app_and_leaves_nothing": 20,
+    "tests/integration/test_ray.py::test_a_ray_driver_runs_on_the_head_and_its_tasks_on_every_worker_node": 29,
+    "tests/integration/test_failures.py::test_am_killed_attempt_2_finishes_the_job": 25,
+    "tests/integration/test_failures.py::test_killed_worker_restarts_in_place_and_resumes_from_checkpoint": 24,
+    "tests/integration/test_dropin.py::test_tonys_readme_command_line_trains_the_tensorflow_example": 22,
+    "tests/integration/test_inputs.py::test_detach_returns_the_application_id_and_the_job_runs_on": 21,
+    "tests/integration/test_observability.py::test_history_logs_and_portal_after_a_failed_job": 21,
+    "tests/integration/test_notebook.py::test_notebook_in_a_container_through_the_relay_then_ctrl_c_kills_it": 21,
+    "tests/integration/test_airflow.py::test_a_deferred_dag_run_succeeds_and_pushes_app_id_and_status": 19,
+    "tests/integration/test_examples.py::test_example_trains_to_90_percent": 17,
+    "tests/integration/test_preemption.py::test_a_preempted_task_is_warned_checkpoints_and_resumes_without_spending_a_retry": 17,
+    "tests/integration/test_airflow.py::test_a_failed_dag_run_logs_the_root_cause_and_is_not_retried": 17,
+    "tests/integration/test_torchrun.py::test_two_tasks_of_two_torchrun_processes_train_with_ddp": 17,
+    "tests/integration/test_job_shapes.py::test_a_group_dependency_timeout": 13,
+    "tests/integration/test_observability.py::test_retention_purges_and_tonys_jhist_imports": 13,
+    "tests/integration/test_airflow.py::test_airflow_discovers_the_provider": 13,
+    "tests/integration/test_airflow.py::test_a_dag_run_killed_mid_run_leaves_no_application": 13,
+    "tests/integration/test_gpus.py::test_a_task_beyond_the_devices_waits_for_a_free_one_and_gets_it": 12,
+}
 
 
 def lane_of(path: str) -> str:
@@ -33,20 +59,46 @@ def lane_of(path: str) -> str:
     return "processes"
 
 
-def _module(item) -> str:
-    return item.nodeid.split("::", 1)[0]
+ROOT = Path(__file__).resolve().parents[1]
+_SHARED_FIXTURE = re.compile(r"@pytest\.fixture\(scope=[\"'](module|package)[\"']")
 
 
-def xdist_group(item, lane: str) -> str | None:
-    """The group the item is scheduled with (None: on its own)."""
+def work_unit(nodeid: str) -> str:
+    """The scheduler's unit of work a test belongs to (a worker runs a unit whole, in order)."""
+    module = nodeid.split("::", 1)[0]
+    lane = lane_of(module)
     if lane in ("multihost", "secure"):
         return lane
-    if lane == "unit":
-        return _module(item)
-    shared = any(getattr(fixturedef, "scope", None) in ("module", "package")
-                 for fixturedefs in item._fixtureinfo.name2fixturedefs.values() for fixturedef in fixturedefs
-                 if fixturedef.baseid.startswith(_module(item)))
-    return _module(item) if shared else None
+    if lane == "unit" or _shares_a_fixture(module):
+        return module
+    return nodeid
+
+
+@functools.lru_cache(maxsize=None)
+def _shares_a_fixture(module: str) -> bool:
+    """Whether the module defines a module- or package-scoped fixture (built once for its tests:
+    splitting them over workers would build it once per worker)."""
+    try:
+        return bool(_SHARED_FIXTURE.search((ROOT / module).read_text()))
+    except OSError:
+        return False
+
+
+def lane_scheduler(config, log):
+    """xdist's scheduler for `--dist loadscope`: units of work as work_unit() says, handed out in
+    the collection's order (tests/conftest.py sorts it). None for another mode the caller chose.
+    (xdist's own loadgroup suffixes node ids, which pytest 9.2 no longer takes: its groups were
+    silently ignored and two workers each started the Docker cluster.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LaneScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # the collection's order, not xdist's count of tests
+    return LaneScheduling(config, log)
 
 
 def expected_seconds(item) -> float:

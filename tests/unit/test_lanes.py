@@ -1,0 +1,46 @@
+"""The suite's own scheduling (tests/lanes.py, tests/conftest.py): a cluster's tests stay on one
+worker (two workers would start two clusters in one directory), a module that shares a fixture
+stays whole, everything else spreads. xdist's own grouping was once silently ignored (pytest 9.2
+stopped taking its node-id suffixes): this fails in seconds if the lanes come apart again."""
+
+from types import SimpleNamespace
+
+from lanes import LANES, lane_of, lane_scheduler, work_unit
+
+
+def test_each_cluster_lane_is_one_unit_of_work_and_the_rest_spreads():
+    assert work_unit("tests/integration/multihost/test_faults.py::test_a") == "multihost"
+    assert work_unit("tests/integration/multihost/test_across_hosts.py::test_b[x]") == "multihost"
+    assert work_unit("tests/integration/secure/test_kerberos.py::test_c[no ticket]") == "secure"
+    assert work_unit("tests/unit/test_config.py::test_d") == "tests/unit/test_config.py"
+    # a module-scoped fixture (Airflow's home, the drop-in's bare venv): the module stays whole
+    assert work_unit("tests/integration/test_airflow.py::test_e") == "tests/integration/test_airflow.py"
+    assert work_unit("tests/integration/test_dropin.py::test_f[x]") == "tests/integration/test_dropin.py"
+    # the rest: each test on whichever worker is free, with a one-host cluster of its own
+    assert work_unit("tests/integration/test_policies.py::test_g") == "tests/integration/test_policies.py::test_g"
+    assert [lane_of(p) for p in ("/x/tests/unit/a.py", "tests/integration/multihost/b.py",
+                                 "tests/integration/secure/c.py", "tests/integration/d.py")] == \
+        ["unit", "multihost", "secure", "processes"]
+    assert LANES[:2] == ("multihost", "secure")  # the longest lanes are queued first
+
+
+def test_loadscope_is_scheduled_by_lane_in_the_collections_order():
+    option = SimpleNamespace(dist="loadscope", loadscopereorder=True, tx=["4*popen"])
+    config = SimpleNamespace(getvalue=lambda name: getattr(option, name), option=option)
+    scheduler = lane_scheduler(config, log=None)
+    assert scheduler._split_scope("tests/integration/secure/test_kerberos.py::t") == "secure"
+    assert option.loadscopereorder is False  # the lanes' order (long lanes first), not xdist's
+    option.dist = "load"
+    assert lane_scheduler(config, log=None) is None  # another mode the caller chose
+
+
+def test_the_suite_runs_without_xdist_too():
+    """`-p no:xdist` (or no xdist installed): the scheduler hook must not break the session."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:xdist", "-p", "no:cacheprovider", "--collect-only",
+                           "-q", "tests/unit/test_lanes.py"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
