@@ -32,9 +32,13 @@ def run_tier(workers: int) -> dict:
     if workers:
         cmd += ["-n", str(workers), "--dist", "loadscope"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    summary = next((line for line in reversed(proc.stdout.splitlines()) if " in " in line and "=" in line), "")
-    return {"rc": proc.returncode, "wall_s": round(time.monotonic() - started, 1), "summary": summary.strip("= "),
-            "failed": re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)}
+    summary = next((line for line in reversed(proc.stdout.splitlines())
+                    if re.search(r"\b(passed|failed|error)\b.* in [\d.]+s", line)), "")
+    out = {"rc": proc.returncode, "wall_s": round(time.monotonic() - started, 1), "summary": summary.strip("= "),
+           "failed": re.findall(r"^(?:FAILED|ERROR) (\S+)", proc.stdout, re.M)}
+    if proc.returncode:
+        out["output_tail"] = proc.stdout[-6000:]
+    return out
 
 
 def main() -> int:

@@ -37,8 +37,11 @@ def local_env(tmp_path, monkeypatch):
     return tmp_path
 
 
-def tony(env_dir: Path, *args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    # the tony_py under test, not the one the venv's editable install points at (a git worktree)
+def tony(env_dir: Path, *args: str, env: dict | None = None, timeout: float = 480) -> subprocess.CompletedProcess:
+    # the tony_py under test, not the one the venv's editable install points at (a git worktree).
+    # The timeout only bounds a hang (below pytest's 600 s): a torchrun job of 4 processes took
+    # 12 s alone, 44 s with 4 copies and 2 busy loops beside it, and once over 120 s in the unit tier
+    # under load (bench/unit_under_load.py)
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     full = {**os.environ, "PYTHONPATH": path, **(env or {})}
     return subprocess.run([sys.executable, "-m", "tony_py.submit", "--local", *args], capture_output=True, text=True,
