@@ -1,11 +1,23 @@
 """A coordinator wired to a fake cluster port and a fake clock, for the unit tests of the AM."""
 
 import json
+import time
 
 from tony_py.am.coordinator import Coordinator
 from tony_py.frameworks.envplan import expand
 from tony_py.config.layers import load_conf
 from tony_py.config.build import build_job_spec
+
+
+def wait_until(predicate, timeout: float = 30.0) -> bool:
+    """Whether predicate() came true within timeout: for an event of a thread or a server in the
+    test's own process (generous: a loaded machine is only slower, never wrong)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def served_cluster(answer: dict) -> dict:
@@ -62,6 +74,7 @@ class Clock:
 
 class Harness:
     def __init__(self, tmp_path, *overrides, start=True):
+        self.tmp_path, self.overrides = tmp_path, overrides
         conf = load_conf(None, ["tony.containers.command=python t.py", *overrides], env={}, cwd=tmp_path)
         self.spec = build_job_spec(conf)
         self.port = FakePort()
@@ -94,6 +107,22 @@ class Harness:
             assert "env" in self.c.wait_spec(name, 0, self.containers[name], 0)
             self.c.task_started(name, 0, self.containers[name], 100)
         return self.containers
+
+    def next_attempt(self, live=None) -> "Harness":
+        """The next AM attempt, taken over from this one's snapshot (through JSON, as on HDFS)
+        with the containers YARN kept (`live` task names; all by default), not started yet. Every
+        task has a control endpoint, so a live one is re-adopted; `adopted`: the tasks whose
+        executors are told where the new AM is."""
+        from tony_py.am.failover import AmSnapshot
+
+        for name in self.containers:
+            self.c.tasks[name].control_url = f"http://{name}"
+        snap = AmSnapshot.from_dict(json.loads(json.dumps(self.c.snapshot().to_dict())))
+        fresh = Harness(self.tmp_path, *self.overrides, start=False)
+        live = self.containers if live is None else live
+        fresh.adopted = fresh.c.adopt(snap, [{"id": self.containers[name]} for name in live])  # (told the new AM)
+        fresh.containers = dict(self.containers)
+        return fresh
 
     def result(self, name, code=0, signal=None, attempt=0, stderr=""):
         return self.c.report_result(name, attempt, self.containers[name], code, signal, stderr)

@@ -341,12 +341,8 @@ def test_new_am_attempt_readopts_running_tasks(tmp_path):
 def test_new_am_attempt_restarts_when_a_task_died_meanwhile(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
     h.bring_up()
-    for name in h.containers:
-        h.c.tasks[name].control_url = f"http://{name}"
-    snap = AmSnapshot.from_dict(json.loads(json.dumps(h.c.snapshot().to_dict())))
-    fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1", start=False)
-    adopted = fresh.c.adopt(snap, [{"id": h.containers["worker:0"]}])  # worker:1's container is gone
-    assert [t.name for t in adopted] == ["worker:0"]
+    fresh = h.next_attempt(live=["worker:0"])  # worker:1's container is gone
+    assert [t.name for t in fresh.adopted] == ["worker:0"]
     # it went with the earlier AM attempt: the cluster's doing, so the infrastructure's budget pays
     assert fresh.c.attempt == 1 and (fresh.c.restarts_used, fresh.c.infra_restarts_used) == (0, 1)
     fresh.c.start()  # as the AM does after adopting: nothing is asked twice
@@ -425,11 +421,7 @@ def test_a_readopted_task_that_never_reaches_the_new_attempt_went_with_the_old_o
 
     h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
     h.bring_up()
-    for name in h.containers:
-        h.c.tasks[name].control_url = f"http://{name}"
-    snap = AmSnapshot.from_dict(json.loads(json.dumps(h.c.snapshot().to_dict())))
-    fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1", start=False)
-    fresh.c.adopt(snap, [{"id": c} for c in h.containers.values()])
+    fresh = h.next_attempt()
     fresh.c.start()
     end = fresh.clock.now + ADOPTION_GRACE_S + 10
     while fresh.clock.now < end and fresh.c.attempt == 0:  # worker:0 found the new AM, worker:1 never does
@@ -450,13 +442,8 @@ def test_a_readopted_executor_that_fenced_while_no_am_answered_went_with_the_old
     def fresh_after_failover():
         h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=2")
         h.bring_up()
-        for name in h.containers:
-            h.c.tasks[name].control_url = f"http://{name}"
-        snap = AmSnapshot.from_dict(json.loads(json.dumps(h.c.snapshot().to_dict())))
-        fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=2", start=False)
-        fresh.c.adopt(snap, [{"id": c} for c in h.containers.values()])
+        fresh = h.next_attempt()
         fresh.c.start()
-        fresh.containers = h.containers
         return fresh
 
     fresh = fresh_after_failover()
@@ -473,11 +460,7 @@ def test_a_readopted_executor_that_fenced_while_no_am_answered_went_with_the_old
 def test_adopt_with_several_lost_tasks_spends_one_restart(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=3", "tony.am.retry-count=1")
     h.bring_up()
-    for name in h.containers:
-        h.c.tasks[name].control_url = f"http://{name}"
-    snap = AmSnapshot.from_dict(json.loads(json.dumps(h.c.snapshot().to_dict())))
-    fresh = Harness(tmp_path, "tony.worker.instances=3", "tony.am.retry-count=1", start=False)
-    fresh.c.adopt(snap, [{"id": h.containers["worker:0"]}])  # worker:1 and worker:2 died
+    fresh = h.next_attempt(live=["worker:0"])  # worker:1 and worker:2 died
     fresh.c.start()
     assert (fresh.c.restarts_used, fresh.c.infra_restarts_used) == (0, 1) and fresh.c.decision is None
     assert fresh.port.requests == [("worker", 2)]

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_until
 from tony_py.am.failover import AmSnapshot
 from tony_py.am.fencing import MARGIN_S, Fences
 from tony_py.am.server import AmHttpServer
@@ -226,16 +226,6 @@ def beats(channel: AmChannel, am, fenced: threading.Event, interval: float = 0.1
     return Heartbeats(channel, SECRET, container, interval, body=lambda: dict(body), fence=fence)
 
 
-def until(predicate, timeout: float = 30.0) -> bool:
-    """Whether predicate() came true within timeout (a generous bound: under load only slower)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def test_heartbeats_renew_the_lease_and_bring_the_ams_instruction(am):
     lease = Lease(2.0)
     channel = AmChannel(am.url, Signer(SECRET, "exec"), give_up_after_s=5, lease=lease)
@@ -244,10 +234,10 @@ def test_heartbeats_renew_the_lease_and_bring_the_ams_instruction(am):
     hb = beats(channel, am, fenced, interval=0.2).start()
     try:
         # past the lease it started with: only heartbeats answered meanwhile can have kept it
-        assert until(lambda: time.monotonic() > first_end + 0.2)
+        assert wait_until(lambda: time.monotonic() > first_end + 0.2)
         assert lease.ends_at() > first_end and not fenced.is_set()
         am.h.c.kill("stop")  # the job ends: the next answer says exit
-        assert until(lambda: hb.instruction is not None)
+        assert wait_until(lambda: hb.instruction is not None)
         assert hb.instruction["action"] == "exit"
     finally:
         hb.stop()
@@ -295,8 +285,8 @@ def test_a_heartbeat_stuck_on_one_lane_does_not_hold_back_the_next(am, monkeypat
     first_end = lease.ends_at()
     hb = beats(channel, am, fenced, interval=0.2).start()
     try:
-        assert until(lambda: stuck.is_set() and lease.ends_at() > first_end)  # another lane got through
-        assert until(lambda: time.monotonic() > first_end + 0.2)
+        assert wait_until(lambda: stuck.is_set() and lease.ends_at() > first_end)  # another lane got through
+        assert wait_until(lambda: time.monotonic() > first_end + 0.2)
         assert not release.is_set() and not fenced.is_set()
     finally:
         release.set()

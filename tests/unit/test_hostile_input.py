@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from harness import Harness
+from harness import Harness, wait_until
 from tony_py.am import admission, dashboard, httpd, report
 from tony_py.am import server as server_module
 from tony_py.am.server import AmHttpServer
@@ -97,16 +97,6 @@ def ended(s) -> bool:
     except ConnectionResetError:
         return True
     return data == b"" or data.startswith(b"HTTP/1.1 503")
-
-
-def wait_until(predicate, timeout: float = 30.0) -> bool:
-    """Whether predicate() came true within timeout (generous: a loaded machine is only slower)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def pipeline_without_reading(port, requests, seconds=2.0) -> tuple[socket.socket, int]:
