@@ -17,7 +17,7 @@ LAYERS = [
     {"tony_py", "errors", "paths", "timeline", "task", "appsecret", "auth"},  # shared helpers
     {"config"},  # the job's configuration and spec
     {"job", "frameworks", "web", "bridge"},  # the job's records; env per framework; page style; the JVM
-    {"history", "executor", "cluster"},
+    {"history", "executor", "cluster", "advice"},  # advice: read by the AM (its page, history) and the client
     {"am"},
     {"client", "sidecar", "jupyter"},  # the client; the programs TonY-py runs as tasks (TensorBoard, JupyterLab)
     {"api", "cli", "submit", "airflow"},  # entry points; airflow: the operator on api

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Mapping
 
 from tony_py import api
-from tony_py.am.policy import INFRASTRUCTURE_EXITS
+from tony_py.job.yarn_exits import INFRASTRUCTURE_EXITS
 from tony_py.client.monitor import changed_task_lines
 from tony_py.config.xmlconf import read_xml
 from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK, EXIT_USAGE, TonyError, UsageError
