@@ -12,6 +12,7 @@ commands:
   notebook   JupyterLab in a YARN container, relayed to this machine (`tony notebook --help`)
   history    jobs that ran: list them, show one (`tony history --help`)
   logs       print a task's log, running or finished (`tony logs --help`)
+  advise     how a job could run better, from its own measurements (`tony advise --help`)
   portal     serve the job history as web pages (`tony portal --help`)
   cluster    start, stop or inspect a local YARN + HDFS cluster (`tony cluster --help`)
 """
@@ -21,6 +22,7 @@ COMMANDS = {
     "notebook": "tony_py.client.notebook",
     "history": "tony_py.client.history_cmd",
     "logs": "tony_py.client.logs_cmd",
+    "advise": "tony_py.client.advise_cmd",
     "portal": "tony_py.client.portal",
     "cluster": "tony_py.cluster.cli",
 }

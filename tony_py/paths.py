@@ -6,6 +6,7 @@ TonY-py is used from a checkout (`pip install -e .`): the JVM jar is built by Ma
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -72,3 +73,24 @@ def private_dir(path: Path) -> Path:
     if st.st_mode & 0o077:
         path.chmod(0o700)  # made under a umask of 022: readable by everyone until now
     return path
+
+
+def _last_app_file() -> Path:
+    """Per cluster (its HADOOP_CONF_DIR): the last job submitted from here to that one."""
+    conf_dir = os.path.realpath(os.environ.get("HADOOP_CONF_DIR") or "/etc/hadoop/conf")
+    return cache_dir() / f"last-app-{hashlib.sha256(conf_dir.encode()).hexdigest()[:12]}"
+
+
+def remember_last_app(app_id: str) -> None:
+    """For `tony advise --last`: best effort (a read-only home only loses the shortcut)."""
+    try:
+        _last_app_file().write_text(app_id + "\n")
+    except OSError:
+        pass
+
+
+def last_app() -> str | None:
+    try:
+        return _last_app_file().read_text().strip() or None
+    except OSError:
+        return None

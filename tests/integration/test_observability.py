@@ -106,6 +106,9 @@ def test_the_am_page_in_chromium_directly_and_through_the_proxy(cluster, probe_a
                 assert cpu.endswith("%"), cpu
                 if name == "proxy":  # the page's own link guard, in the browser that runs it, behind the proxy
                     assert page.evaluate("cases => cases.map(safeHref)", list(LINK_CASES)) == list(LINK_CASES.values())
+                # 512 MB asked, about 130 MB used: the AM's own advice, with the value to paste
+                page.wait_for_selector("#advice li[data-heuristic='memory']", timeout=30000)
+                assert "--conf tony.worker.memory=" in page.locator("#advice").inner_text()
                 shot = screenshot(page, f"dashboard-{name}.png")
                 assert shot.stat().st_size > 10_000
             assert browser.errors == [], browser.errors
@@ -160,10 +163,12 @@ def test_history_logs_and_portal_after_a_failed_job(tony, cluster, probe_args, t
         url = re.search(r"http://\S+/", portal.stdout.readline()).group(0)
         with Browser() as browser:
             page = browser.page()
-            page.goto(url + "?status=FAILED")
+            page.goto(url + "?status=FAILED&sort=waste")
+            assert "GB-hours" in page.locator(f"tr[data-app='{app_id}'] td.waste").inner_text()  # asked, not used
             page.locator(f"tr[data-app='{app_id}'] a").first.click()
             page.wait_for_selector("#root-cause")
             assert page.locator("tr[data-task]").count() == 2
+            assert "--conf tony.worker.memory=" in page.locator("#advice li[data-heuristic='memory']").inner_text()
             assert page.locator("#events tbody tr").count() == len(shown["events"])
             screenshot(page, "portal-job.png")
             page.goto(url + f"jobs/{app_id}/config")

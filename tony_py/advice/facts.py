@@ -3,28 +3,11 @@ is over, or the AM's own view while it runs."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 from tony_py.advice.model import JobFacts, TaskFacts
 from tony_py.config.build import build_job_spec
 from tony_py.config.layers import TonyConf
-from tony_py.config.xmlconf import read_xml
-from tony_py.errors import TonyError, UsageError
-
-MIN_ALLOCATION_KEY = "yarn.scheduler.minimum-allocation-mb"
-HADOOP_MIN_ALLOCATION_MB = 1024  # Hadoop's default for the key
-
-
-def min_allocation_mb(conf_dir: str | None = None) -> int:
-    """YARN's allocation increment from the cluster's yarn-site.xml (HADOOP_CONF_DIR), else
-    Hadoop's default: the scheduler rounds every container up to a multiple of it."""
-    conf_dir = conf_dir or os.environ.get("HADOOP_CONF_DIR")
-    try:
-        value = read_xml(Path(conf_dir) / "yarn-site.xml").get(MIN_ALLOCATION_KEY) if conf_dir else None
-        return max(1, int(value)) if value else HADOOP_MIN_ALLOCATION_MB
-    except (UsageError, ValueError, OSError):
-        return HADOOP_MIN_ALLOCATION_MB
+from tony_py.config.yarnsite import min_allocation_mb  # noqa: F401 - (the AM and the client read it here)
+from tony_py.errors import TonyError
 
 
 def spec_of(props: dict[str, str]):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tony_py.advice.failures import failures
-from tony_py.advice.model import SEVERITIES, Finding, JobFacts
+from tony_py.advice.model import COST_PER_HOUR, SEVERITIES, Finding, JobFacts
 from tony_py.advice.resources import gpus, memory, vcores
 from tony_py.advice.timing import startup, stragglers, waiting
 
@@ -48,6 +48,16 @@ def waste(findings: list[Finding]) -> dict[str, float]:
         if f.waste_unit:
             out[f.waste_unit] = round(out.get(f.waste_unit, 0.0) + f.waste, 4)
     return out
+
+
+def waste_cost(waste_by_unit: dict | None) -> float:
+    """One number to order jobs by what they wasted (COST_PER_HOUR's weights)."""
+    return sum(COST_PER_HOUR.get(unit, 0.0) * amount for unit, amount in (waste_by_unit or {}).items())
+
+
+def waste_text(waste_by_unit: dict | None) -> str:
+    return " · ".join(f"{amount:.2g} {unit}" for unit, amount in sorted((waste_by_unit or {}).items(),
+                                                                         key=lambda u: -COST_PER_HOUR.get(u[0], 0)))
 
 
 def to_json(app_id: str, findings: list[Finding]) -> dict:

@@ -12,13 +12,12 @@ import inspect
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Mapping
 
 from tony_py import api
+from tony_py.config.yarnsite import rm_web_urls  # noqa: F401 - (tests and the trigger read it here)
 from tony_py.job.yarn_exits import INFRASTRUCTURE_EXITS
 from tony_py.client.monitor import changed_task_lines
-from tony_py.config.xmlconf import read_xml
 from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK, EXIT_USAGE, TonyError, UsageError
 from tony_py.job.records import FailureKind
 
@@ -131,25 +130,6 @@ def task_lines(seen: dict[str, list], tasks: list[Mapping]) -> list[str]:
 
 
 # ---- where the trigger looks ----------------------------------------------------------------------
-def rm_web_urls(conf_dir: str | None = None) -> list[str]:
-    """The ResourceManager web addresses from yarn-site.xml (every RM of an HA pair)."""
-    conf_dir = conf_dir or os.environ.get("HADOOP_CONF_DIR") or "/etc/hadoop/conf"
-    site = Path(conf_dir) / "yarn-site.xml"
-    conf = read_xml(site) if site.is_file() else {}
-    https = conf.get("yarn.http.policy") == "HTTPS_ONLY"
-    key = "yarn.resourcemanager.webapp.https.address" if https else "yarn.resourcemanager.webapp.address"
-    port = 8090 if https else 8088
-    ids = [i.strip() for i in conf.get("yarn.resourcemanager.ha.rm-ids", "").split(",") if i.strip()] \
-        if conf.get("yarn.resourcemanager.ha.enabled") == "true" else [""]
-    urls = []
-    for rm in ids:
-        suffix = f".{rm}" if rm else ""
-        address = conf.get(key + suffix) or \
-            f"{conf.get('yarn.resourcemanager.hostname' + suffix, 'localhost')}:{port}"
-        urls.append(f"{'https' if https else 'http'}://{address.replace('0.0.0.0', 'localhost')}")
-    return urls
-
-
 def rm_urls(tracking_url: str | None, conf_dir: str | None = None) -> list[str]:
     """Where the trigger asks YARN: first the RM the job was submitted to (its tracking URL's
     origin: the client JVM's effective configuration, with any --conf yarn.* override), then

@@ -35,6 +35,17 @@ function dur(s) { if (s == null || s < 0) return ''; s = Math.floor(s);
   return Math.floor(s / 3600) + ':' + String(Math.floor(s %% 3600 / 60)).padStart(2, '0') + ':' + String(s %% 60).padStart(2, '0'); }
 function size(n) { if (typeof n !== 'number') return ''; const u = ['B','KB','MB','GB','TB']; let i = 0;
   while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; } return (i < 2 ? n.toFixed(0) : n.toFixed(1)) + ' ' + u[i]; }
+// tony_py/advice's findings, most pressing first: the evidence and the change to paste.
+function adviceList(findings) {
+  const list = el('ol', {class: 'advice'});
+  for (const f of findings) {
+    const s = f.suggestion;
+    const change = s.kind === 'conf' ? '--conf ' + s.key + '=' + s.value : s.key + ': ' + s.value;
+    list.append(el('li', {'data-heuristic': f.heuristic}, el('span', {class: 'severity ' + f.severity}, f.severity), ' ',
+      f.heuristic + (f.task_type ? ' ' + f.task_type : '') + ': ' + f.evidence, el('br'), el('code', {}, change)));
+  }
+  return list;
+}
 function section(title, body, id) { return el('section', {id: id}, el('h2', {}, title), el('div', {class: 'body'}, body)); }
 function logLinks(t) {
   if (!t.log_url) return '';
@@ -85,6 +96,7 @@ function render(s) {
   }
   table.append(body);
   kids.push(section('Tasks (' + (s.tasks || []).length + ')', table, 'tasks-section'));
+  if (s.advice && s.advice.length) kids.push(section('Advice (' + s.advice.length + ')', adviceList(s.advice), 'advice'));
   if (s.events && s.events.length) {
     const ev = el('table', {id: 'events'});
     ev.append(el('thead', {}, el('tr', {}, el('th', {}, 'time'), el('th', {}, 'event'), el('th', {}, 'task'), el('th', {}, 'what'))));

@@ -37,6 +37,10 @@ APP_FINISHED = "APP_FINISHED"
 NOTE = "NOTE"
 
 Listener = Callable[[dict], None]
+# The first event of these kinds (per task, where they name one) is kept however long the job
+# runs: where its time went (tony_py/advice) needs the start of a job that `recent` has forgotten.
+MILESTONES = frozenset({SUBMITTED, AM_STARTED, REQUESTED, ALLOCATED, LAUNCHED, REGISTERED, SPEC_SERVED,
+                        TASK_STARTED, PREEMPTION})
 
 
 class EventLog:
@@ -45,6 +49,7 @@ class EventLog:
         self.recent: deque[dict] = deque(maxlen=keep)
         self.listeners: list[Listener] = []
         self.count = 0
+        self._firsts: dict[tuple[str, str | None], dict] = {}
 
     def record(self, kind: str, message: str = "", task: str | None = None, at: float | None = None,
                **fields) -> dict:
@@ -52,9 +57,17 @@ class EventLog:
         event.update({k: v for k, v in fields.items() if v is not None})
         self.recent.append(event)
         self.count += 1
+        if kind in MILESTONES:
+            self._firsts.setdefault((kind, task), event)
         for listener in self.listeners:
             listener(event)
         return event
+
+    def milestones(self) -> list[dict]:
+        """The first event of each milestone kind (per task), then every recent one, in time order."""
+        recent = list(self.recent)
+        seen = {id(e) for e in recent}
+        return sorted([e for e in self._firsts.values() if id(e) not in seen] + recent, key=lambda e: e["ts"])
 
     def lines(self, last: int = 20) -> list[str]:
         """Human-readable tail, e.g. for the client's and the page's message list."""

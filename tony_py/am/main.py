@@ -22,6 +22,8 @@ from py4j.java_gateway import GatewayParameters, JavaGateway
 from py4j.protocol import Py4JError, Py4JJavaError
 
 from tony_py import appsecret
+from tony_py.advice import report as advice_report
+from tony_py.advice.model import Finding
 from tony_py.am.coordinator import Coordinator
 from tony_py.am.recovery import FAST_HEARTBEAT_MS
 from tony_py.am import events as ev
@@ -227,10 +229,13 @@ def conclude(a: Attempt, coordinator: Coordinator) -> None:
     a.am.wait_for_final_read()
     if a.history is not None:  # complete before YARN reports the end, so a reader then finds it final
         a.am.events.record(ev.APP_FINISHED, f"job {final}", status=final)
-        a.history.finish(job_summary(
+        summary = job_summary(
             coordinator.view(), app_id=a.meta.app_id, user=a.user, finished_at=time.time(), am_attempt=a.number,
             submitted_at=a.submitted_at, tracking_url=a.tracking_url, am_log_url=own_log_url(a.user),
-            log_url=a.am.log_url, state_events=a.history.states))
+            log_url=a.am.log_url, state_events=a.history.states)
+        advice = a.am.advice()  # kept with the job: the portal lists the jobs that wasted most
+        summary.update(advice=advice, waste=advice_report.waste([Finding.from_dict(f) for f in advice]))
+        a.history.finish(summary)
     a.bridge.unregister(final, diagnostics[:60000], a.tracking_url)
     try:
         a.bridge.fs().delete(a.meta.staging_dir, True)

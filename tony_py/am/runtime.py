@@ -13,9 +13,12 @@ import json
 import logging
 import queue
 import threading
+import time
 from pathlib import Path
 from typing import Callable
 
+from tony_py.advice import facts as advice_facts
+from tony_py.advice import report as advice_report
 from tony_py.am import report
 from tony_py.am.coordinator import Coordinator
 from tony_py.am.events import EventLog
@@ -28,6 +31,7 @@ from tony_py.config.spec import JobSpec
 log = logging.getLogger("tony.am")
 
 TICK_S = 0.2
+ADVICE_EVERY_S = 10.0  # how often a running job's advice is worked out again (it changes slowly)
 
 
 class Abandon(Exception):
@@ -95,6 +99,8 @@ class AmRuntime:
         self.rm_silence_limit_s = rm_silence_limit_s
         self.events = events or EventLog()
         self._launcher: TaskLauncher | None = None
+        self._advice: tuple[str | None, float, list[dict]] | None = None  # (final status, when, findings)
+        self._min_allocation = advice_facts.min_allocation_mb()
         job_files = None if final_conf is None else JobFiles(
             json.dumps({"spec": spec.to_dict(), "final_conf": final_conf}).encode(), src_zip)
         self.server = AmHttpServer((bind_ip, 0), None, self.verifier, self.status,
@@ -118,8 +124,24 @@ class AmRuntime:
             data = {"state": "STARTING", "tasks": []}
         else:
             data = self.coordinator.status(self.log_url)
+            if trusted:  # (advice names hosts and sizes: the job's own viewers only)
+                data["advice"] = self.advice()
         data.update(app_id=self.meta.app_id, name=self.spec.name, **self.extra_status())
         return data if trusted else report.public_view(data)
+
+    def advice(self) -> list[dict]:
+        """The job's findings (tony_py/advice): worked out at most every ADVICE_EVERY_S while it
+        runs, once more when it is decided, then kept."""
+        now, decided = time.time(), self.coordinator.final_status is not None
+        if self._advice is not None:
+            was_decided, at, findings = self._advice
+            if was_decided or (not decided and now - at < ADVICE_EVERY_S):
+                return findings
+        facts = advice_facts.from_view(self.coordinator.view(), self.events.milestones(), now, self._min_allocation,
+                                       self.meta.app_id)
+        findings = [f.to_dict() for f in advice_report.advise(facts)]
+        self._advice = (decided, now, findings)
+        return findings
 
     def run(self, stop: threading.Event) -> None:
         """Until the job is DONE: cluster events to the coordinator, and the clock."""

@@ -278,4 +278,9 @@ class Monitor:
             print(diagnostics, file=self.out, flush=True)
         elif status.get("diagnostics") and not self.quiet:
             print(status["diagnostics"].splitlines()[0], file=self.out, flush=True)
+        if status.get("advice") and not self.quiet:  # the AM's findings (tony_py/advice): the most pressing
+            from tony_py.advice.model import Finding
+            from tony_py.advice.report import top_line
+
+            print(top_line([Finding.from_dict(f) for f in status["advice"]]), file=self.out, flush=True)
         return EXIT_OK if final == "SUCCEEDED" else EXIT_JOB_FAILED

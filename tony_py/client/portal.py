@@ -26,6 +26,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, quote, urlparse
 
+from tony_py.advice import report as advice_report
+from tony_py.advice.model import Finding
 from tony_py.bridge.gateway import ClientGateway
 from tony_py.client.flags import Parser
 from tony_py.client.history_cmd import matches
@@ -36,6 +38,18 @@ from tony_py.web.page import duration, esc, frame, safe_url, size, when
 
 CACHE_S = 10.0
 DEFAULT_PORT = 19886  # TonY's portal port
+
+
+def advice_section(findings: list[dict] | None) -> list[str]:
+    """The job's findings as its AM kept them in job.json (tony_py/advice), most pressing first."""
+    if not findings:
+        return []
+    items = "".join(
+        f"<li data-heuristic='{esc(f['heuristic'])}'><span class='severity {esc(f['severity'])}'>{esc(f['severity'])}</span> "
+        f"{esc(f['heuristic'])} {esc(f.get('task_type') or '')}: {esc(f['evidence'])}<br>"
+        f"<code>{esc(Finding.from_dict(f).suggestion.flag())}</code></li>" for f in findings)
+    return [f"<section id='advice'><h2>Advice ({len(findings)})</h2><div class='body'><ol class='advice'>{items}</ol>"
+            "</div></section>"]
 
 
 class Portal:
@@ -65,22 +79,26 @@ class Portal:
         except ValueError:
             since = None
         jobs = [j for j in self.jobs() if matches(j, get.get("user"), get.get("status"), since, get.get("tag"))]
+        if get.get("sort") == "waste":  # the jobs that asked most for what they did not use
+            jobs = sorted(jobs, key=lambda j: -advice_report.waste_cost(j.get("waste")))
         options = "".join(f"<option{' selected' if get.get('status') == s else ''}>{s}</option>"
                           for s in ("", "SUCCEEDED", "FAILED", "KILLED"))
         form = (f"<form class='filters' method='get'><label>user <input name='user' value='{esc(get.get('user'))}'></label>"
                 f"<label>status <select name='status'>{options}</select></label>"
                 f"<label>tag <input name='tag' value='{esc(get.get('tag'))}'></label>"
                 f"<label>since <input name='since' placeholder='7d' size='4' value='{esc(get.get('since'))}'></label>"
-                "<button>filter</button></form>")
+                f"<label><input type='checkbox' name='sort' value='waste'{' checked' if get.get('sort') == 'waste' else ''}>"
+                " most waste first</label><button>filter</button></form>")
         rows = "".join(
             f"<tr data-app='{esc(j['app_id'])}'><td><a href='jobs/{quote(j['app_id'])}'>{esc(j['app_id'])}</a></td>"
             f"<td>{esc(j.get('name'))}</td><td>{esc(j.get('user'))}</td>"
             f"<td class='state {esc(j.get('final_status'))}'>{esc(j.get('final_status'))}</td>"
             f"<td>{when(j.get('started_at'))}</td><td>{duration((j.get('finished_at') or 0) - (j.get('started_at') or 0))}</td>"
             f"<td>{len(j.get('tasks') or [])}</td><td>{esc(', '.join(j.get('tags') or []))}</td>"
+            f"<td class='waste'>{esc(advice_report.waste_text(j.get('waste')))}</td>"
             f"<td><a href='jobs/{quote(j['app_id'])}/config'>config</a></td></tr>" for j in jobs)
         table = ("<table id='jobs'><thead><tr><th>application</th><th>name</th><th>user</th><th>status</th>"
-                 "<th>started</th><th>duration</th><th>tasks</th><th>tags</th><th></th></tr></thead>"
+                 "<th>started</th><th>duration</th><th>tasks</th><th>tags</th><th>asked, not used</th><th></th></tr></thead>"
                  f"<tbody>{rows}</tbody></table>") if jobs else "<p class='muted'>No jobs match.</p>"
         body = f"<section>{form}</section><section><h2>Jobs ({len(jobs)})</h2><div class='body'>{table}</div></section>"
         return frame("TonY-py jobs", "TonY-py jobs", esc(self.store.finished_root), body)
@@ -100,6 +118,7 @@ class Portal:
             ("config", f"<a href='{quote(app_id)}/config'>tony-final.xml</a>"),  # (this page is jobs/<id>)
         ) if v not in ("", None, "None"))
         sections = [f"<section id='job'><h2>Job</h2><div class='body'><dl>{facts}</dl></div></section>"]
+        sections += advice_section(j.get("advice"))
         rc = j.get("root_cause")
         if rc:
             sections.append(f"<section id='root-cause'><h2>Root cause</h2><div class='body root'>"

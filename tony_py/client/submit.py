@@ -22,7 +22,7 @@ from tony_py.client.crash import report_unexpected
 from tony_py.client.flags import parse_args
 from tony_py.client.monitor import Monitor
 from tony_py.client.prepare import PreparedJob, local_paths, prepare
-from tony_py import timeline
+from tony_py import paths, timeline
 from tony_py.client.submission import Submission, open_gateway
 from tony_py.errors import TonyError, UsageError
 from tony_py.history.store import HistoryStore
@@ -78,6 +78,7 @@ def run(gw, prepared: PreparedJob, prog: str, out=sys.stdout, door=None) -> int:
     if submission.reused:
         say(f"reused from the cache (not uploaded): {', '.join(submission.reused)}")
     spec = prepared.spec
+    paths.remember_last_app(job.app_id)
     say(f"submitted {job.app_id}: {spec.framework}, " + ", ".join(f"{t.instances} x {t.name}" for t in spec.types))
     if submission.tokens_end_ms:
         say(token_lifetime_note(submission.tokens_end_ms))

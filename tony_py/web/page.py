@@ -40,6 +40,12 @@ a:hover { text-decoration:underline; }
 .muted { color:var(--muted); }
 .root { border-left:3px solid var(--bad); padding-left:10px; }
 form.filters { display:flex; gap:10px; flex-wrap:wrap; padding:10px 14px; }
+ol.advice { margin:0; padding-left:22px; }
+ol.advice li { margin:6px 0; }
+.severity { font-weight:600; text-transform:uppercase; font-size:11px; }
+.severity.critical, .severity.severe { color:var(--bad); }
+.severity.moderate { color:var(--warn); }
+.severity.low { color:var(--muted); }
 form.filters input, form.filters select { font: inherit; padding:3px 6px; }
 """
 

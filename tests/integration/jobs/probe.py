@@ -21,7 +21,7 @@ VARS = (
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True, help="directory for <task>.json")
-    p.add_argument("--fail", default="", help="task:code[,task:code] to exit with")
+    p.add_argument("--fail", default="", help="task:code[,task:code] to exit with (a negative code: die by that signal)")
     p.add_argument("--sleep", default="", help="task:seconds[,...] to sleep before exiting ('*' = every task)")
     p.add_argument("--forever", default="", help="comma-separated tasks that never exit by themselves")
     p.add_argument("--progress", action="store_true", help="report progress every 0.5 s while waiting")
@@ -34,6 +34,7 @@ def main():
     p.add_argument("--print-every", type=float, default=0, help="print a numbered line this often while waiting")
     p.add_argument("--burn", action="store_true", help="hold 64 MB and keep a core busy while waiting")
     p.add_argument("--once", action="store_true", help="--fail only in the first gang attempt")
+    p.add_argument("--first-attempts", type=int, default=0, help="--fail only in the first N gang attempts")
     p.add_argument("--after-record", default="", help="comma-separated tasks whose record must exist before going on")
     p.add_argument("--after-end", default="",
                    help="comma-separated other tasks that must have ended (by themselves, in this gang attempt) first")
@@ -128,8 +129,12 @@ def main():
     if seconds:
         wait(float(seconds))
     code = lookup(args.fail)
-    if code and args.once and os.environ.get("TONY_RESTART_ATTEMPT", "0") != "0":
+    attempt = int(os.environ.get("TONY_RESTART_ATTEMPT", "0"))
+    if code and (args.once and attempt != 0 or args.first_attempts and attempt >= args.first_attempts):
         code = None
+    if code and int(code) < 0:
+        print(f"probe {me} killing itself with signal {-int(code)}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), -int(code))
     if code:
         print(f"probe {me} failing on purpose with exit code {code}", file=sys.stderr, flush=True)
         sys.exit(int(code))

@@ -1,0 +1,73 @@
+"""What a client or an AM reads of the cluster's own yarn-site.xml (HADOOP_CONF_DIR): where the
+ResourceManagers' web UIs are, and YARN's allocation increment."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tony_py.config.xmlconf import read_xml
+from tony_py.errors import UsageError
+
+MIN_ALLOCATION_KEY = "yarn.scheduler.minimum-allocation-mb"
+HADOOP_MIN_ALLOCATION_MB = 1024  # Hadoop's default for the key
+
+
+def yarn_site(conf_dir: str | None = None) -> dict[str, str]:
+    conf_dir = conf_dir or os.environ.get("HADOOP_CONF_DIR") or "/etc/hadoop/conf"
+    site = Path(conf_dir) / "yarn-site.xml"
+    try:
+        return read_xml(site) if site.is_file() else {}
+    except (UsageError, OSError):
+        return {}
+
+
+def rm_web_urls(conf_dir: str | None = None) -> list[str]:
+    """The ResourceManager web addresses from yarn-site.xml (every RM of an HA pair)."""
+    conf = yarn_site(conf_dir)
+    https = conf.get("yarn.http.policy") == "HTTPS_ONLY"
+    key = "yarn.resourcemanager.webapp.https.address" if https else "yarn.resourcemanager.webapp.address"
+    port = 8090 if https else 8088
+    ids = [i.strip() for i in conf.get("yarn.resourcemanager.ha.rm-ids", "").split(",") if i.strip()] \
+        if conf.get("yarn.resourcemanager.ha.enabled") == "true" else [""]
+    urls = []
+    for rm in ids:
+        suffix = f".{rm}" if rm else ""
+        address = conf.get(key + suffix) or \
+            f"{conf.get('yarn.resourcemanager.hostname' + suffix, 'localhost')}:{port}"
+        urls.append(f"{'https' if https else 'http'}://{address.replace('0.0.0.0', 'localhost')}")
+    return urls
+
+
+
+
+def min_allocation_mb(conf_dir: str | None = None) -> int:
+    """YARN's allocation increment, else Hadoop's default: the scheduler rounds every container
+    up to a multiple of it (a client's yarn-site.xml often lacks this RM key: then 1024)."""
+    try:
+        return max(1, int(yarn_site(conf_dir).get(MIN_ALLOCATION_KEY) or HADOOP_MIN_ALLOCATION_MB))
+    except ValueError:
+        return HADOOP_MIN_ALLOCATION_MB
+
+
+def queue_room(conf_dir: str | None = None, timeout: float = 5.0) -> tuple[tuple[str, int], ...]:
+    """(leaf queue, MB it could still take) now, from the ResourceManager's REST API: the cluster's
+    memory times the queue's maximum share, less what it uses. () where no RM answers (down, or
+    behind SPNEGO): the advice then names no queue."""
+    import requests
+
+    for url in rm_web_urls(conf_dir):
+        try:
+            total = requests.get(f"{url}/ws/v1/cluster/metrics", timeout=timeout).json()["clusterMetrics"]["totalMB"]
+            root = requests.get(f"{url}/ws/v1/cluster/scheduler", timeout=timeout).json()["scheduler"]["schedulerInfo"]
+        except (requests.RequestException, ValueError, KeyError, TypeError):
+            continue
+        return tuple((q["queueName"], int(total * q.get("absoluteMaxCapacity", 100) / 100
+                                          - (q.get("resourcesUsed") or {}).get("memory", 0)))
+                     for q in _leaves(root))
+    return ()
+
+
+def _leaves(queue: dict) -> list[dict]:
+    children = ((queue.get("queues") or {}).get("queue")) or []
+    return [leaf for child in children for leaf in _leaves(child)] if children else [queue] if "queueName" in queue else []
