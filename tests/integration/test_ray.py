@@ -30,7 +30,7 @@ def test_a_ray_driver_runs_on_the_head_and_its_tasks_on_every_worker_node(tony, 
     run = tony("--src_dir", str(JOBS), "--executes", "ray_probe.py", "--python_binary_path", PYTHON,
                "--task_params", f"--out {out} --wait_for {seen} --exit_code 3",
                "--conf", "tony.application.framework=ray", "--conf", "tony.am.memory=512m",
-               "--conf", "tony.worker.instances=2", "--conf", "tony.head.memory=2g",
+               "--conf", "tony.worker.instances=2", "--conf", "tony.head.memory=3g",
                "--conf", "tony.worker.memory=1536m", "--conf", "tony.am.wait-client-signal-stop-timeout-sec=0",
                "--detach")
     assert run.rc == 0, run.output[-3000:]
@@ -61,7 +61,7 @@ def test_a_ray_driver_runs_on_the_head_and_its_tasks_on_every_worker_node(tony, 
     # Ray's view of each node is its container's, not the host's
     head, worker = record["nodes"]["head:0"], record["nodes"]["worker:1"]
     assert head["cpus"] == worker["cpus"] == 1
-    assert head["object_store"] == int(2048 * 0.3) * MB and worker["object_store"] == int(1536 * 0.3) * MB
+    assert head["object_store"] == int(3072 * 0.3) * MB and worker["object_store"] == int(1536 * 0.3) * MB
     # nothing of Ray outlives the job
     wait_for(lambda: not ray_processes(app_id), 30, "no process left in the job's containers")
 

@@ -131,8 +131,9 @@ def test_a_worker_joins_the_head_with_its_reserved_port_as_its_raylets():
 
 
 @pytest.mark.parametrize("role,memory_mb,task_mb,store_mb", [
-    ("head", 2048, 2048 - 614 - 600, 614),
-    ("worker", 4096, 4096 - 1228 - 300, 1228),
+    ("head", 4096, 4096 - 1228 - 2048, 1228),
+    ("head", 3072, 3072 - 921 - 2048, 921),  # the default head: what its daemons and store leave
+    ("worker", 4096, 4096 - 1228 - 512, 1228),
     ("worker", 512, 64, 153),  # never below what Ray accepts
     ("worker", 200, 64, 80),
 ])
@@ -337,7 +338,8 @@ def test_bad_ray_sizes_and_shapes_are_refused_naming_the_key(tmp_path):
                                 "tony.worker.instances=1", *pairs], env={}, cwd=tmp_path)
         return build_job_spec(conf, python="python")
 
-    build()  # the defaults fit
+    head = next(t for t in build().types if t.name == "head")  # the defaults fit
+    assert head.resources.memory_mb == 3072  # a Ray head's daemons need more than TonY's 2g per type
     for pairs, key in ((["tony.worker.memory=256m"], "tony.worker.memory"),
                        (["tony.head.memory=512m"], "tony.head.memory"),
                        (["tony.application.prepare-stage=head", "tony.application.training-stage=worker"],

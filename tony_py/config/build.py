@@ -12,12 +12,12 @@ import re
 import shlex
 
 from tony_py.config.layers import TonyConf
-from tony_py.config.ray_limits import ray_join_timeout, ray_min_memory_mb
+from tony_py.config.ray_limits import RAY_HEAD_DEFAULT_MEMORY, ray_join_timeout, ray_min_memory_mb
 from tony_py.config.shapes import (RAY_WORKER_TYPE, groups, horovod_types, image_of, mounts, ray_types, stages,
                                    tensorboard_type, with_dependencies, with_image)
 from tony_py.config.spec import (CACHE_VISIBILITIES, DISTRIBUTED_MODES, FRAMEWORKS, GPU_ASSIGNMENTS, HOROVOD_DRIVER_TYPE,
-                                 MAX_INSTANCES, MAX_NPROC_PER_NODE, SINGLE_NODE_TYPE, TENSORBOARD_TYPE, TYPE_NAME,
-                                 TYPE_ORDER, JobSpec, Resources, TaskType)
+                                 MAX_INSTANCES, MAX_NPROC_PER_NODE, RAY_HEAD_TYPE, SINGLE_NODE_TYPE, TENSORBOARD_TYPE,
+                                 TYPE_NAME, TYPE_ORDER, JobSpec, Resources, TaskType)
 from tony_py.config.torchrun import check_command
 from tony_py.config.values import (bool_of, choice_of, int_of, int_set_of, list_of, parse_env_list, resources_of,
                                    text_of)
@@ -117,15 +117,21 @@ def _types(conf: TonyConf, framework: str, am: Resources, python: str) -> tuple[
     tb_log_dir = text_of(conf, "tony.application.tensorboard-log-dir")
     horovod_debug = bool_of(conf, "tony.horovod.driver.mode.debug", False)
     types = []
+
+    def make(name: str, count: int) -> TaskType:
+        # a Ray head's own daemons are more than TonY's 2g default for a type
+        memory = RAY_HEAD_DEFAULT_MEMORY if framework == "ray" and name == RAY_HEAD_TYPE else "2g"
+        return _task_type(conf, name, count, default_command, memory)
+
     for name in job_type_names(conf):
         instances = int_of(conf, f"tony.{name}.instances", 0, minimum=0, maximum=MAX_INSTANCES)
         limit = int_of(conf, f"tony.{name}.max-instances", -1)
         if 0 <= limit < instances:
             raise ConfigError(f"tony.{name}.instances", f"{instances} instances exceed tony.{name}.max-instances={limit}")
         if instances and not (name == TENSORBOARD_TYPE and tb_log_dir):  # the sidecar's count is forced to 1
-            types.append(_task_type(conf, name, instances, default_command))
+            types.append(make(name, instances))
     if framework == "ray":
-        types = ray_types(conf, types, lambda name, count: _task_type(conf, name, count, default_command))
+        types = ray_types(conf, types, make)
         untracked.add(RAY_WORKER_TYPE)  # the driver's end ends the job; the AM then stops the workers
     single_node = not types
     if single_node:
@@ -213,7 +219,8 @@ def _environment(conf: TonyConf, execution_env: dict) -> dict:
     )
 
 
-def _task_type(conf: TonyConf, name: str, instances: int, default_command: str | None) -> TaskType:
+def _task_type(conf: TonyConf, name: str, instances: int, default_command: str | None,
+               memory_default: str = "2g") -> TaskType:
     command = text_of(conf, f"tony.{name}.command")
     if command is None and default_command is None:
         raise UsageError(f"no command for job type {name!r}: pass --executes (or set tony.{name}.command)")
@@ -224,7 +231,7 @@ def _task_type(conf: TonyConf, name: str, instances: int, default_command: str |
                                                      "scheduling requests by their constraint alone")
     tags = list_of(conf, f"tony.{name}.allocation-tags") or list_of(conf, "tony.containers.allocation-tags")
     fewest = int_of(conf, f"tony.{name}.min-instances", instances, minimum=1, maximum=instances)
-    return TaskType(name, instances, resources_of(conf, f"tony.{name}"), label, command,
+    return TaskType(name, instances, resources_of(conf, f"tony.{name}", memory=memory_default), label, command,
                     placement_spec=placement, allocation_tags=tags or ((name,) if placement else ()),
                     min_instances=fewest if fewest < instances else None,
                     nproc_per_node=int_of(conf, f"tony.{name}.nproc-per-node", 1, minimum=1,
