@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The GPU tests on a real YARN cluster (tests/integration/test_gpus.py: the stand-in-or-real ones
-# and the `gpu` ones, a PyTorch job on the device YARN granted) on a machine with an NVIDIA GPU and
+# and the `gpu` ones, a PyTorch job on the device YARN granted; the advice's GPU heuristic on a
+# GPU a job never touched, test_advice.py) on a machine with an NVIDIA GPU and
 # nothing else of ours: no JDK, Maven or package registry. What they need is carried in
 # .device-deps/, prepared here on a build machine:
 #
 #   bench/gpu_yarn.sh --prepare     # jre.tar.xz (jlink'ed JRE 17), hadoop-{a,b}.tar (the cached
 #                                   # Hadoop jars, in two halves), wheels/ (py4j, defusedxml, fastavro)
 #   bench/gpu_yarn.sh --unpack      # on the GPU machine: unpack whatever of them has arrived
-#   bench/gpu_yarn.sh [OUT_DIR]     # unpack, then run the tests; JSON to OUT_DIR/h100-gpu_yarn.json
+#   bench/gpu_yarn.sh [OUT_DIR]     # unpack, then run the tests; JSON to OUT_DIR/<gpu>-gpu_yarn.json
 #
 # (Carried in parts because one transfer to the GPU machine holds 64 MiB; the target/ jar travels
 # too.) The JSON has the device, each test's outcome and time, and what the `gpu` test measured.
@@ -62,7 +63,9 @@ export JAVA_HOME="$DEPS/jre" TONY_PY_CACHE="$DEPS/cache" PYTHONPATH="$ROOT:$DEPS
 export PATH="$JAVA_HOME/bin:$PATH" TONY_TEST_WORKERS=0
 nvidia-smi --query-gpu=index,name,driver_version,memory.total,utilization.gpu --format=csv > "$OUT/nvidia-smi.csv" || true
 set +e
-python3 -m pytest tests/integration/test_gpus.py -p no:cacheprovider -p no:xdist -rA -v \
+python3 -m pytest tests/integration/test_gpus.py \
+  "tests/integration/test_advice.py::test_gpus_a_job_never_touched_get_zero_and_used_ones_nothing" \
+  -p no:cacheprovider -p no:xdist -rA -v \
   --junitxml "$OUT/gpu.xml" > "$OUT/pytest.log" 2>&1
 rc=$?
 set -e
@@ -87,6 +90,7 @@ result = {"machine": open(f"{out}/nvidia-smi.csv").read().strip().splitlines(), 
           "all_passed": rc == 0 and all(t["outcome"] == "passed" for t in tests)}
 text = json.dumps(result, indent=2)
 print(text)
-open(f"{out}/h100-gpu_yarn.json", "w").write(text + "\n")
+model = result["machine"][1].split(",")[1].split()[-1].lower() if len(result["machine"]) > 1 else "gpu"
+open(f"{out}/{model}-gpu_yarn.json", "w").write(text + "\n")  # e.g. h100-gpu_yarn.json
 EOF
 exit "$rc"

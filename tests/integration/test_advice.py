@@ -11,6 +11,8 @@ import stat
 import subprocess
 import threading
 
+from tony_py.config.values import parse_memory_mb
+
 from support import JOBS, PYTHON, ROOT, Background, tasks_running, wait_for
 
 METRICS = "tony.task.metrics-interval-ms=1000"
@@ -79,6 +81,27 @@ def test_a_missized_job_gets_its_values_and_the_rerun_with_them_succeeds_with_no
     assert findings(cluster, again.app_id) == {}, "the rerun with the suggested values still got findings"
     diagnostics = cluster.app(again.app_id)["diagnostics"]
     assert "stopped worker:1" in diagnostics and "after-chief-timeout-ms" in diagnostics  # not waited for
+
+
+def test_a_task_yarn_killed_for_memory_is_given_more_and_the_same_load_fits_in_it(tony, cluster, tmp_path):
+    """worker:0 holds 600 MB in a 512 MB container: the
+    NodeManager's physical-memory check kills it (it would otherwise sleep 5 minutes). The rerun
+    holds the same 600 MB in the request `--write` gives and succeeds."""
+    first = tony(*probe(tmp_path, "killed", "tony.worker.instances=1", "tony.worker.memory=512m",
+                        "tony.am.retry-count=0", params="--hold worker:0:600 --sleep worker:0:300"))
+    assert first.rc == 1, first.output[-3000:]
+    assert "worker:0" in first.output and "physical memory" in first.output, first.output[-3000:]
+    written = tmp_path / "more.xml"
+    memory = findings(cluster, first.app_id, "--write", str(written))["memory"]
+    assert (memory["severity"], memory["task_type"], memory["suggestion"]["key"]) == ("critical", "worker",
+                                                                                       "tony.worker.memory")
+    assert "YARN killed worker:0 for exceeding its 512 MB" in memory["evidence"], memory
+    raised_mb = parse_memory_mb(memory["suggestion"]["value"], "tony.worker.memory")
+    assert raised_mb >= 768 and raised_mb % 128 == 0, memory  # 1.5x the request, in the cluster's 128 MB steps
+
+    again = tony(*probe(tmp_path, "fits", params="--hold worker:0:600 --sleep worker:0:4"), "--conf_file", str(written))
+    assert again.rc == 0, again.output[-3000:]
+    assert "memory" not in findings(cluster, again.app_id)
 
 
 def test_gpus_a_job_never_touched_get_zero_and_used_ones_nothing(cluster, tony, tmp_path):

@@ -14,7 +14,7 @@ import subprocess
 import pytest
 import requests
 
-from support import JOBS, PYTHON, Background, history_of, probe_records, wait_for
+from support import JOBS, PYTHON, ROOT, Background, history_of, probe_records, wait_for
 
 STANDIN_UTILIZATION = {"0": 37.0, "1": 64.0}
 
@@ -136,4 +136,12 @@ def test_a_pytorch_job_trains_on_the_gpu_yarn_granted(cluster, real_gpus, tmp_pa
     assert metrics["MAX_GPU_FB_MEMORY_USAGE"] > 0, metrics  # its tensors, in the device's memory
     if "MAX_GPU_UTILIZATION" in metrics:  # (a device that reports utilization)
         assert metrics["MAX_GPU_UTILIZATION"] > 0, metrics
-    print(f"[gpu] {record['device_name']}: {json.dumps({k: v for k, v in metrics.items() if 'GPU' in k})}")
+    # the advice's GPU heuristic on a GPU really used: nothing to say (its trigger, GPUs a job never
+    # touched, is tests/integration/test_advice.py's, on a real GPU too)
+    advice = subprocess.run([PYTHON, "-m", "tony_py.cli", "advise", run.app_id, "--json"], cwd=ROOT, env=cluster.env(),
+                            capture_output=True, text=True, timeout=120)
+    assert advice.returncode == 0, advice.stderr[-2000:]
+    findings = json.loads(advice.stdout)["findings"]
+    assert [f for f in findings if f["heuristic"] == "gpus"] == [], findings
+    print(f"[gpu] {record['device_name']}: {json.dumps({k: v for k, v in metrics.items() if 'GPU' in k})}; "
+          f"advice: {[(f['heuristic'], f['suggestion']['key'], f['suggestion']['value']) for f in findings]}")

@@ -189,9 +189,12 @@ def test_findings_rank_by_severity_then_waste_and_apply_to_the_jobs_own_config()
     assert report.text("x", []) == "x: nothing to advise; the job used about what it asked for"
 
 
-def test_every_threshold_has_its_reason():
+def test_every_threshold_has_its_reason_and_the_docs_table_says_it():
     rows = thresholds.table()
     assert len(rows) > 15 and all(why for _, _, why in rows)
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "advice.md").read_text()
+    missing = [name for name, value, why in rows if f"| `{name}` | {value} | {why} |" not in docs]
+    assert missing == [], f"docs/advice.md's table is not thresholds.table() for {missing}"
 
 
 def test_history_facts_take_failures_from_the_events_with_their_hosts(tmp_path):

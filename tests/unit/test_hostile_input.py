@@ -438,8 +438,12 @@ class Store:
 def portal():
     tasks = [{"name": "worker:0", "state": "FAILED", "log_url": "javascript:alert(2)//"},
              {"name": "worker:1", "state": "SUCCEEDED", "log_url": "http://nm:8042/node/containerlogs/c2/alice"}]
+    advice = [{"heuristic": "memory", "severity": "critical", "task_type": "worker", "waste": 2.0, "waste_unit": "GB-hours",
+               "evidence": "</li><script>alert(3)</script>", "suggestion": {"key": "tony.worker.memory", "value": "1g"}}]
     jobs = [{"app_id": "application_1_0001", "name": "j", "user": "alice", "final_status": "FAILED",
-             "am_log_url": "javascript:alert(1)", "tasks": tasks}]
+             "am_log_url": "javascript:alert(1)", "tasks": tasks, "advice": advice, "waste": {"GB-hours": 2.0}},
+            {"app_id": "application_1_0002", "name": "k", "user": "bob", "final_status": "SUCCEEDED", "tasks": [],
+             "waste": {"GPU-hours": 0.5}}]
     config = {"tony.execution.envs": "API_KEY=s3cr3t,B=2", "tony.containers.envs": "X=hunter2",
               "tony.worker.instances": "2"}
     server = make_server(Portal(Store(jobs, config)), "127.0.0.1", 0)
@@ -472,6 +476,17 @@ def test_the_portal_answers_only_the_url_it_printed(portal):
     status, headers, _ = portal_get(portal, f"/{token}")
     assert status == 301 and headers["Location"] == f"/{token}/"
     assert portal_get(portal, f"/{token}/", host=f"rebound.example:{portal.server_address[1]}")[0] == 403
+
+
+def test_the_portal_shows_the_jobs_advice_escaped_and_lists_the_most_wasteful_first(portal):
+    prefix = f"/{portal.token}"
+    _, _, job = portal_get(portal, f"{prefix}/jobs/application_1_0001")
+    assert "<code>--conf tony.worker.memory=1g</code>" in job and "<script>alert(3)" not in job
+    _, _, listing = portal_get(portal, f"{prefix}/?sort=waste")
+    # half a GPU-hour weighs more than 2 GB-hours (model.COST_PER_HOUR): bob's job first
+    assert listing.index("application_1_0002") < listing.index("application_1_0001") and "0.5 GPU-hours" in listing
+    _, _, plain = portal_get(portal, f"{prefix}/")
+    assert plain.index("application_1_0001") < plain.index("application_1_0002")  # the history's own order
 
 
 def test_the_portal_masks_env_values_and_links_only_to_http(portal):

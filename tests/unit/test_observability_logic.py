@@ -533,3 +533,19 @@ def test_history_writer_purges_after_moving(tmp_path):
     assert w.finish({"app_id": "application_1_0005", "finished_at": time.time()})
     assert not old.exists()
     assert list((tmp_path / "h/finished").rglob("application_1_0005"))
+
+
+def test_the_event_log_keeps_each_milestones_first_however_long_the_job():
+    """The advice needs when the job was submitted and its containers started, long after the
+    last MAX_KEPT events have moved on."""
+    from tony_py.am import events as ev
+
+    log = ev.EventLog(clock=iter(range(10_000)).__next__, keep=5)
+    log.record(ev.SUBMITTED)
+    log.record(ev.LAUNCHED, task="worker:0")
+    log.record(ev.LAUNCHED, task="worker:0")  # (a restart in place: the first one stays)
+    for _ in range(20):
+        log.record(ev.NOTE, "busy")
+    kept = log.milestones()
+    assert [(e["kind"], e["ts"]) for e in kept[:2]] == [(ev.SUBMITTED, 0), (ev.LAUNCHED, 1)]
+    assert len(kept) == 7 and [e["kind"] for e in kept[2:]] == [ev.NOTE] * 5  # and the recent ones, once each

@@ -47,10 +47,9 @@ LOCALIZATION_MIN_S = Threshold(
     30, "containers that took over 30 s from their start to their executor's registration: "
         "localizing the job's files (the venv above all) and starting Python")
 LOCALIZATION_SHARE = Threshold(0.2, "and over 20 % of the job's time")
-LARGE_VENV_MB = Threshold(500, "a venv archive over 500 MB is worth slimming or caching")
 
 # ---- stragglers and skew --------------------------------------------------------------------------
-STRAGGLER_MIN_S = Threshold(30, "a task that finished 30 s or more after the median of its type")
+STRAGGLER_MIN_S = Threshold(30, "a task that ran 30 s or more longer than the median of the others of its type")
 STRAGGLER_RATIO = Threshold(1.5, "and took 1.5x the median time or more")
 CPU_CAPPED = Threshold(0.9, "a task using 90 % or more of its vcores on average is bound by them")
 PS_BUSY_WORKERS_IDLE = Threshold(

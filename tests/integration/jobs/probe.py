@@ -33,6 +33,7 @@ def main():
     p.add_argument("--serve-tb", action="store_true", help="the task with TB_PORT serves HTTP on it (a stand-in TensorBoard)")
     p.add_argument("--print-every", type=float, default=0, help="print a numbered line this often while waiting")
     p.add_argument("--burn", action="store_true", help="hold 64 MB and keep a core busy while waiting")
+    p.add_argument("--hold", default="", help="task:MB[,...] to hold resident (every page written) while waiting")
     p.add_argument("--once", action="store_true", help="--fail only in the first gang attempt")
     p.add_argument("--first-attempts", type=int, default=0, help="--fail only in the first N gang attempts")
     p.add_argument("--after-record", default="", help="comma-separated tasks whose record must exist before going on")
@@ -94,6 +95,9 @@ def main():
                                                  http.server.SimpleHTTPRequestHandler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
     ballast = bytearray(b"\x01" * (64 << 20)) if args.burn else None  # resident, not just reserved
+    held = bytearray(int(lookup(args.hold) or 0) << 20)
+    held[::4096] = b"\x01" * (len(held) // 4096)  # a write on every page: resident, not just reserved
+    record["held_mb"] = len(held) >> 20
     lines = [0]
 
     def wait(seconds):
