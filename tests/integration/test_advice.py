@@ -32,6 +32,14 @@ def findings(cluster, app_id: str, *args: str) -> dict[str, dict]:
     return {f["heuristic"]: f for f in out["findings"]}
 
 
+def running_finding(cluster, app_id: str, heuristic: str, task_type: str) -> dict | None:
+    """A running job's finding from its AM, None while the AM has not worked it out yet."""
+    proc = subprocess.run([PYTHON, "-m", "tony_py.cli", "advise", app_id, "--json"], cwd=ROOT, env=cluster.env(),
+                          capture_output=True, text=True, timeout=60)
+    found = json.loads(proc.stdout)["findings"] if proc.returncode == 0 else []
+    return next((f for f in found if (f["heuristic"], f["task_type"]) == (heuristic, task_type)), None)
+
+
 def history(cluster, app_id: str, *args: str) -> dict:
     proc = subprocess.run([PYTHON, "-m", "tony_py.cli", "history", "show", app_id, "--json", *args], cwd=ROOT,
                           env=cluster.env(), capture_output=True, text=True, timeout=120)
@@ -131,7 +139,7 @@ def test_a_job_that_waited_for_a_full_queue_is_pointed_at_one_with_room(cluster,
     # every MB of both 12 GB NodeManagers: the filler's AM and a ps of 512 MB beside its two workers
     filler = Background(cluster, probe_args("tony.application.framework=tensorflow", "tony.worker.instances=2",
                                             f"tony.worker.memory={12 * 1024 - 512}m", "tony.ps.instances=1",
-                                            "tony.ps.memory=512m", "tony.application.name=filler",
+                                            "tony.ps.memory=512m", "tony.application.name=filler", METRICS,
                                             params=f"--until-file {release}"))
     try:
         wait_for(lambda: tasks_running(cluster, filler), 120, "the filler to hold the cluster")
@@ -139,6 +147,10 @@ def test_a_job_that_waited_for_a_full_queue_is_pointed_at_one_with_room(cluster,
                                         params="--sleep worker:0:2"))
         wait_for(lambda: job.app_id, 60, "the job's submit")
         threading.Timer(70, release.touch).start()  # the job waits 70 s in the queue
+        # meanwhile the filler, running, is advised by its AM (its history does not exist yet)
+        live = wait_for(lambda: running_finding(cluster, filler.app_id, "memory", "worker"), 60,
+                        "the running filler's advice from its AM")
+        assert live["severity"] == "critical" and live["suggestion"]["key"] == "tony.worker.memory", live
         run = job.wait(timeout=300)
     finally:
         release.touch()
