@@ -190,7 +190,7 @@ def test_a_node_where_a_task_keeps_dying_is_named_and_text_output_pastes(tony, c
 
 
 def test_advise_refuses_what_it_cannot_read_and_reads_a_copied_history_dir(tony, cluster, tmp_path):
-    assert "neither running nor in the job history" in advise(cluster, "application_1_0042", rc=2)
+    assert "nor in the job history" in advise(cluster, "application_1_0042", rc=2)
     assert "give one job" in advise(cluster, rc=2)
     run = tony(*probe(tmp_path, "copy", "tony.worker.instances=1", "tony.worker.memory=4g", params="--burn --sleep worker:0:6"))
     assert run.rc == 0, run.output[-3000:]

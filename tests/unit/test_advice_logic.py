@@ -68,6 +68,37 @@ def test_a_task_killed_for_memory_gets_half_as_much_again():
     assert (f.severity, f.suggestion.value) == ("critical", "3g") and "killed worker:0 for exceeding" in f.evidence
 
 
+def test_memory_never_below_a_short_tasks_peak_a_ray_nodes_floor_or_over_the_largest_container():
+    # worker:1 ran too briefly to be judged alone, but what it used still counts
+    mixed = facts("tony.worker.instances=2", "tony.worker.memory=8g",
+                  tasks=[task("worker:0", MAX_MEMORY_BYTES=1000 * MB), task("worker:1", ran=1.5, MAX_MEMORY_BYTES=3000 * MB)])
+    assert only(report.advise(mixed), "memory")[0].suggestion.value == "3840m"  # 3000 x 1.25, in 128s
+    ray = facts("tony.application.framework=ray", "tony.worker.instances=1", "tony.head.memory=8g",
+                "tony.worker.memory=4g", tasks=[task("head:0", MAX_MEMORY_BYTES=1200 * MB),
+                                               task("worker:0", MAX_MEMORY_BYTES=300 * MB)])
+    values = {f.task_type: f.suggestion.value for f in only(report.advise(ray), "memory")}
+    assert values == {"head": "2304m", "worker": "768m"}  # the daemons' floors (2192, 656 MB), in 128s
+    capped = facts("tony.worker.instances=1", "tony.worker.memory=6g", status="FAILED", max_allocation_mb=8192,
+                   tasks=[task("worker:0", state="FAILED")],
+                   failures=[{"task": "worker:0", "kind": "exit_code", "exit_code": -104, "host": "n1"}])
+    [f] = only(report.advise(capped), "memory")
+    assert f.suggestion.value == "8g" and "capped at the cluster's largest container" in f.evidence
+    at_most = facts("tony.worker.instances=1", "tony.worker.memory=8g", status="FAILED", max_allocation_mb=8192,
+                    tasks=[task("worker:0", state="FAILED")],
+                    failures=[{"task": "worker:0", "kind": "exit_code", "exit_code": -104, "host": "n1"}])
+    [f] = only(report.advise(at_most), "memory")
+    assert f.suggestion.kind == "code" and "largest container is 8192 MB" in f.evidence
+
+
+def test_what_no_key_of_its_own_sizes_is_not_advised():
+    # a single-node job's task runs in the AM's container; Horovod's driver is TonY-py's to size
+    single = facts(tasks=[task("driver:0", MAX_MEMORY_BYTES=100 * MB, MAX_CPU_UTILIZATION=50.0)])
+    assert [f for f in report.advise(single) if f.heuristic in ("memory", "vcores")] == []
+    horovod = facts("tony.application.framework=horovod", "tony.worker.instances=1", "tony.worker.memory=1g",
+                    tasks=[task("driver:0", MAX_MEMORY_BYTES=100 * MB), task("worker:0", MAX_MEMORY_BYTES=700 * MB)])
+    assert [f.task_type for f in only(report.advise(horovod), "memory")] == ["worker"]  # not the driver
+
+
 # ---- vcores and GPUs -------------------------------------------------------------------------------------
 def test_vcores_a_single_thread_on_two_vcores_gets_one_and_two_busy_cores_keep_theirs():
     job = facts("tony.worker.instances=1", "tony.worker.vcores=2",
@@ -79,11 +110,28 @@ def test_vcores_a_single_thread_on_two_vcores_gets_one_and_two_busy_cores_keep_t
     assert only(report.advise(busy), "vcores") == []
 
 
+H100 = 81559 * MB  # a device's memory, as the executor reports it
+
+
 def test_gpus_never_touched_fewer_when_idle_none_when_used():
     untouched = facts("tony.worker.instances=1", "tony.worker.gpus=1",
-                      tasks=[task("worker:0", MAX_GPU_UTILIZATION=0.0, MAX_GPU_FB_MEMORY_USAGE=0.2)])
+                      tasks=[task("worker:0", MAX_GPU_UTILIZATION=0.0, MAX_GPU_FB_MEMORY_USAGE=0.2,
+                                  gpu_memory_total_bytes=H100)])
     [f] = only(report.advise(untouched), "gpus")
-    assert (f.severity, f.suggestion.value) == ("severe", "0")
+    assert (f.severity, f.suggestion.value) == ("severe", "0") and "163 MB of their memory" in f.evidence
+    # a CUDA context and no kernel yet (0.6 % of 80 GB), or a device that reports no utilization
+    # ([N/A]): not "never used"
+    context = facts("tony.worker.instances=1", "tony.worker.gpus=1",
+                    tasks=[task("worker:0", MAX_GPU_UTILIZATION=0.0, MAX_GPU_FB_MEMORY_USAGE=0.6,
+                                gpu_memory_total_bytes=H100)])
+    no_reading = facts("tony.worker.instances=1", "tony.worker.gpus=1",
+                       tasks=[task("worker:0", MAX_GPU_FB_MEMORY_USAGE=0.1, gpu_memory_total_bytes=H100)])
+    assert only(report.advise(context), "gpus") == only(report.advise(no_reading), "gpus") == []
+    # under torchrun a task's GPUs split evenly between its processes: a multiple of them
+    split = facts("tony.application.framework=pytorch", "tony.worker.instances=1", "tony.worker.gpus=4",
+                  "tony.worker.nproc-per-node=2",
+                  tasks=[task("worker:0", MAX_GPU_UTILIZATION=30.0, AVG_GPU_UTILIZATION=10.0, MAX_GPU_FB_MEMORY_USAGE=40)])
+    assert only(report.advise(split), "gpus")[0].suggestion.value == "2"
     idle = facts("tony.worker.instances=1", "tony.worker.gpus=4",
                  tasks=[task("worker:0", MAX_GPU_UTILIZATION=30.0, AVG_GPU_UTILIZATION=10.0, MAX_GPU_FB_MEMORY_USAGE=40)])
     assert only(report.advise(idle), "gpus")[0].suggestion.value == "1"  # 4 x 10 % / 50 %, rounded up
@@ -133,6 +181,17 @@ def test_a_worker_that_outlived_the_chief_gets_the_after_chief_timeout_one_bound
     assert only(report.advise(bound), "stragglers")[0].suggestion.value == "3"  # tony.worker.vcores
     even = facts("tony.worker.instances=2", tasks=[task("worker:0", ran=50), task("worker:1", ran=60)])
     assert only(report.advise(even), "stragglers") == []
+    # the timeout stops every tracked type: an evaluator that needed 50 s after the chief keeps them
+    with_eval = facts("tony.worker.instances=3", "tony.evaluator.instances=1",
+                      tasks=[task("worker:0", ran=15), task("worker:1", ran=16), task("worker:2", ran=200),
+                             task("evaluator:0", ran=65)])
+    assert only(report.advise(with_eval), "stragglers")[0].suggestion.value == "80000"
+    # one key, one value: a CPU-bound straggler's vcores win over the type's (the more pressing)
+    both = facts("tony.worker.instances=2", "tony.worker.vcores=10",
+                 tasks=[task("worker:0", ran=100, MAX_CPU_UTILIZATION=905.0, AVG_CPU_UTILIZATION=905.0),
+                        task("worker:1", ran=200, MAX_CPU_UTILIZATION=905.0, AVG_CPU_UTILIZATION=905.0)])
+    keyed = [(f.heuristic, f.suggestion.value) for f in report.advise(both) if f.suggestion.key == "tony.worker.vcores"]
+    assert keyed == [("stragglers", "11")]
 
 
 def test_parameter_servers_at_their_limit_while_workers_idle_get_one_more():

@@ -6,21 +6,21 @@ from __future__ import annotations
 from tony_py.advice.model import JobFacts, TaskFacts
 from tony_py.config.build import build_job_spec
 from tony_py.config.layers import TonyConf
-from tony_py.config.yarnsite import min_allocation_mb  # noqa: F401 - (the AM and the client read it here)
-from tony_py.errors import TonyError
+from tony_py.config.yarnsite import max_allocation_mb, min_allocation_mb  # noqa: F401 - (the AM and client read them here)
+from tony_py.errors import UsageError
 
 
 def spec_of(props: dict[str, str]):
     """The job's spec, rebuilt from its resolved configuration (tony-final.xml)."""
     if not props:
-        raise TonyError("the history has no configuration of this job (tony-final.xml): nothing to compare with")
+        raise UsageError("the history has no configuration of this job (tony-final.xml): nothing to compare with")
     conf = TonyConf()
     conf.update(props, "tony-final.xml")
     return build_job_spec(conf, python=props.get("tony.executor.python") or "python3")
 
 
 def from_history(summary: dict, events: list[dict], props: dict[str, str], min_allocation: int,
-                 queues: tuple[tuple[str, int], ...] = ()) -> JobFacts:
+                 queues: tuple[tuple[str, int], ...] = (), max_allocation: int | None = None) -> JobFacts:
     tasks = tuple(TaskFacts(
         name=t["name"], type=t.get("type") or t["name"].split(":")[0], state=t.get("state") or "",
         tracked=t.get("tracked", True), host=t.get("host"), started_at=t.get("started_at"),
@@ -31,7 +31,7 @@ def from_history(summary: dict, events: list[dict], props: dict[str, str], min_a
         failures=failures_from_events(events, summary.get("root_cause")), events=tuple(events),
         submitted_at=summary.get("submitted_at"), finished_at=summary.get("finished_at"),
         restarts_used=summary.get("restarts_used") or 0, infra_restarts_used=summary.get("infra_restarts_used") or 0,
-        min_allocation_mb=min_allocation, queues=queues)
+        min_allocation_mb=min_allocation, max_allocation_mb=max_allocation, queues=queues)
 
 
 def failures_from_events(events: list[dict], root_cause: dict | None) -> tuple[dict, ...]:
@@ -52,7 +52,7 @@ def failures_from_events(events: list[dict], root_cause: dict | None) -> tuple[d
 
 
 def from_view(view, events: list[dict], now: float, min_allocation: int,
-              app_id: str = "") -> JobFacts:
+              app_id: str = "", max_allocation: int | None = None) -> JobFacts:
     """From the AM's JobView (tony_py/job/view.py) and its recent events, while it runs or at its end."""
     tasks = tuple(TaskFacts(
         name=t.name, type=t.type, state=t.state.value, tracked=t.tracked, host=t.container.host if t.container else None,
@@ -63,4 +63,5 @@ def from_view(view, events: list[dict], now: float, min_allocation: int,
         app_id=app_id, spec=view.spec, status=view.final_status or "RUNNING", tasks=tasks,
         failures=tuple(f.to_dict() for f in view.failures), events=tuple(events), submitted_at=submitted,
         finished_at=now if view.final_status else None, now=now, restarts_used=view.restarts_used,
-        infra_restarts_used=view.infra_restarts_used, min_allocation_mb=min_allocation)
+        infra_restarts_used=view.infra_restarts_used, min_allocation_mb=min_allocation,
+        max_allocation_mb=max_allocation)

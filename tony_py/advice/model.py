@@ -86,6 +86,7 @@ class JobFacts:
     restarts_used: int = 0
     infra_restarts_used: int = 0
     min_allocation_mb: int = 1024  # YARN's allocation increment (yarn.scheduler.minimum-allocation-mb)
+    max_allocation_mb: int | None = None  # its largest container, where known (yarn.scheduler.maximum-allocation-mb)
     queues: tuple[tuple[str, int], ...] = ()  # (queue, MB free now), where the client could ask the RM
 
     def of_type(self, name: str) -> list[TaskFacts]:

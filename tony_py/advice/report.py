@@ -9,13 +9,23 @@ from tony_py.advice.timing import startup, stragglers, waiting
 
 HEURISTICS = (memory, vcores, gpus, waiting, startup, stragglers, failures)
 # The job's own keys --write leaves out: the next submit sets them itself.
-NOT_WRITTEN = ("tony.application.id", "tony.executor.python", "tony.history.", "tony.staging.")
+NOT_WRITTEN = ("tony.application.id", "tony.history.", "tony.staging.")
 
 
 def advise(facts: JobFacts) -> list[Finding]:
-    """Every finding, most pressing first (severity, then what its waste costs)."""
-    found = [f for heuristic in HEURISTICS for f in heuristic(facts)]
-    return sorted(found, key=lambda f: (SEVERITIES.index(f.severity), -f.cost))
+    """Every finding, most pressing first (severity, then what its waste costs); of two that
+    would set one key (a straggler's vcores and the type's), only the more pressing one."""
+    found = sorted((f for heuristic in HEURISTICS for f in heuristic(facts)),
+                   key=lambda f: (SEVERITIES.index(f.severity), -f.cost))
+    keys: set[str] = set()
+    out = []
+    for f in found:
+        if f.suggestion.kind == "conf":
+            if f.suggestion.key in keys:
+                continue
+            keys.add(f.suggestion.key)
+        out.append(f)
+    return out
 
 
 def top_line(findings: list[Finding]) -> str | None:

@@ -6,6 +6,8 @@ import math
 
 from tony_py.advice import thresholds as th
 from tony_py.advice.model import Finding, JobFacts, Suggestion, TaskFacts
+from tony_py.config.ray_limits import RAY_DAEMONS_MB, ray_min_memory_mb
+from tony_py.config.spec import HOROVOD_DRIVER_TYPE, TaskType
 from tony_py.job.yarn_exits import MEMORY_EXITS
 
 MIB = 1 << 20
@@ -43,23 +45,40 @@ def container_peak_mb(task: TaskFacts) -> float | None:
     return (tree + (task.metrics.get("executor_max_rss_bytes") or 0)) / MIB
 
 
+def sized_types(facts: JobFacts) -> list[TaskType]:
+    """The task types that their own tony.<type>.* keys size: not a single-node job's task (it
+    runs in the AM's container) nor Horovod's driver (TonY-py sizes it; tony.driver.* is refused)."""
+    spec = facts.spec
+    if spec.single_node:
+        return []
+    return [tt for tt in spec.types if not (spec.framework == "horovod" and tt.name == HOROVOD_DRIVER_TYPE)]
+
+
+def least_memory_mb(facts: JobFacts, type_name: str) -> int:
+    """The smallest request the next submit accepts for a type (a Ray node's daemons and store)."""
+    return ray_min_memory_mb(type_name) if facts.spec.framework == "ray" and type_name in RAY_DAEMONS_MB else 0
+
+
 def memory(facts: JobFacts) -> list[Finding]:
     out = []
-    for tt in facts.spec.types:
+    for tt in sized_types(facts):
         asked = tt.resources.memory_mb
         killed = [f for f in facts.failures if f.get("task", "").split(":")[0] == tt.name
                   and f.get("exit_code") in MEMORY_EXITS]
-        peaks = [(p, t) for t in facts.of_type(tt.name) if judged(facts, t) and (p := container_peak_mb(t)) is not None]
+        # every measured peak counts (a short task's too: never suggest below what one used), but
+        # a type is judged only once one of its tasks ran long enough for its peak to be caught
+        peaks = [(p, t) for t in facts.of_type(tt.name) if (p := container_peak_mb(t)) is not None]
         if killed:
             out.append(_killed(facts, tt.name, asked, killed, peaks))
             continue
-        if not peaks:
+        if not any(judged(facts, t) for _, t in peaks):
             continue
         peak, top = max(peaks, key=lambda pt: pt[0])
         if asked - peak < th.MEMORY_GRACE_ALLOCATIONS.value * facts.min_allocation_mb:
             continue
         severity = next((s for ratio, s in th.MEMORY_RATIO_SEVERITY if peak / asked <= ratio), None)
-        value = round_up(peak * th.MEMORY_HEADROOM.value, facts.min_allocation_mb)
+        value = round_up(max(peak * th.MEMORY_HEADROOM.value, least_memory_mb(facts, tt.name)),
+                         facts.min_allocation_mb)
         if severity is None or value >= asked:
             continue
         waste = sum((asked - p) / 1024 * hours(facts, t) for p, t in peaks)
@@ -77,14 +96,21 @@ def _killed(facts: JobFacts, type_name: str, asked: int, killed: list[dict], pea
                      facts.min_allocation_mb)
     names = ", ".join(sorted({f["task"] for f in killed}))
     seen = f"; the last peak measured before it: {peak:.0f} MB" if peak else ""
-    return Finding("memory", "critical", type_name,
-                   f"YARN killed {names} for exceeding its {asked} MB ({len(killed)} time(s)){seen}",
-                   Suggestion(f"tony.{type_name}.memory", memory_value(value)))
+    evidence = f"YARN killed {names} for exceeding its {asked} MB ({len(killed)} time(s)){seen}"
+    largest = facts.max_allocation_mb
+    if largest is not None and value > largest:
+        if asked >= largest:  # no request can grow: the task must hold less
+            return Finding("memory", "critical", type_name, f"{evidence}; the cluster's largest container is "
+                           f"{largest} MB (yarn.scheduler.maximum-allocation-mb)",
+                           Suggestion(type_name, "hold less: a smaller batch or model shard per task, or more tasks",
+                                      kind="code"))
+        value, evidence = largest, f"{evidence}; capped at the cluster's largest container"
+    return Finding("memory", "critical", type_name, evidence, Suggestion(f"tony.{type_name}.memory", memory_value(value)))
 
 
 def vcores(facts: JobFacts) -> list[Finding]:
     out = []
-    for tt in facts.spec.types:
+    for tt in sized_types(facts):
         asked = tt.resources.vcores
         used = [(t.metrics["MAX_CPU_UTILIZATION"] / 100, t.metrics.get("AVG_CPU_UTILIZATION", 0) / 100, t)
                 for t in facts.of_type(tt.name) if judged(facts, t) and "MAX_CPU_UTILIZATION" in t.metrics]
@@ -104,26 +130,38 @@ def vcores(facts: JobFacts) -> list[Finding]:
     return out
 
 
+def gpu_memory_used_mb(task: TaskFacts) -> float | None:
+    """The most device memory the task's GPUs held (MB), from the share and the device's size."""
+    share, total = task.metrics.get("MAX_GPU_FB_MEMORY_USAGE"), task.metrics.get("gpu_memory_total_bytes")
+    if share is None or not total:
+        return None
+    return share / 100 * total / MIB
+
+
 def gpus(facts: JobFacts) -> list[Finding]:
     out = []
-    for tt in facts.spec.types:
+    for tt in sized_types(facts):
         asked = tt.resources.gpus
-        seen = [t for t in facts.of_type(tt.name) if judged(facts, t)
-                and ("MAX_GPU_UTILIZATION" in t.metrics or "MAX_GPU_FB_MEMORY_USAGE" in t.metrics)]
+        # a device that reports no utilization ([N/A]) says nothing about whether it was used
+        seen = [t for t in facts.of_type(tt.name) if judged(facts, t) and "MAX_GPU_UTILIZATION" in t.metrics]
         if not asked or not seen:
             continue
-        util = max(t.metrics.get("MAX_GPU_UTILIZATION", 0) for t in seen)
-        memory_used = max(t.metrics.get("MAX_GPU_FB_MEMORY_USAGE", 0) for t in seen)
+        util = max(t.metrics["MAX_GPU_UTILIZATION"] for t in seen)
+        held = [gpu_memory_used_mb(t) for t in seen]
+        memory_mb = max((m for m in held if m is not None), default=None)
         average = max(t.metrics.get("AVG_GPU_UTILIZATION", 0) for t in seen)
         gpu_hours = sum(asked * hours(facts, t) for t in seen)
-        if util <= th.GPU_UNTOUCHED_UTILIZATION.value and memory_used < th.GPU_UNTOUCHED_MEMORY.value:
+        if util <= th.GPU_UNTOUCHED_UTILIZATION.value and memory_mb is not None \
+                and memory_mb < th.GPU_UNTOUCHED_MEMORY_MB.value:
             out.append(Finding(
                 "gpus", "severe", tt.name,
                 f"{tt.name} asked for {asked} GPU(s) per task and never used them: {util:g} % utilization and "
-                f"{memory_used:g} % of their memory at most", Suggestion(f"tony.{tt.name}.gpus", "0"), gpu_hours,
+                f"{memory_mb:.0f} MB of their memory at most", Suggestion(f"tony.{tt.name}.gpus", "0"), gpu_hours,
                 "GPU-hours"))
         elif asked >= 2 and average < th.GPU_IDLE_UTILIZATION.value:
-            value = max(1, math.ceil(asked * average / th.GPU_TARGET_UTILIZATION.value))
+            # torchrun splits a task's GPUs evenly between its processes: keep a multiple of them
+            step = tt.nproc_per_node
+            value = step * max(1, math.ceil(asked * average / th.GPU_TARGET_UTILIZATION.value / step))
             if value < asked:
                 out.append(Finding(
                     "gpus", "moderate", tt.name,

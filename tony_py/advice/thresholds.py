@@ -35,7 +35,9 @@ VCORE_JITTER = Threshold(
 
 # ---- GPUs -----------------------------------------------------------------------------------------
 GPU_UNTOUCHED_UTILIZATION = Threshold(0, "no kernel ran in any sample: the GPUs were never used")
-GPU_UNTOUCHED_MEMORY = Threshold(1, "under 1 % of the device's memory: nothing of the job lived there")
+GPU_UNTOUCHED_MEMORY_MB = Threshold(
+    256, "under 256 MB of device memory: less than a CUDA context alone takes (300 MB and more), so nothing "
+         "of the job lived there")
 GPU_IDLE_UTILIZATION = Threshold(
     20, "a type's GPUs busy under 20 % on average: with 2 or more per task, fewer would do the same work")
 GPU_TARGET_UTILIZATION = Threshold(50, "fewer GPUs are suggested so that the rest would be about 50 % busy")
@@ -67,7 +69,7 @@ TIMEOUT_SUGGESTED_FACTOR = Threshold(3, "suggest 3x the job's time, rounded up t
 
 
 def table() -> list[tuple[str, str, str]]:
-    """(name, value, why) of every threshold, for docs/advice.md and `tony advise --thresholds`."""
+    """(name, value, why) of every threshold, for docs/advice.md's table."""
     rows = [("MEMORY_RATIO_SEVERITY", ", ".join(f"{r} {s}" for r, s in MEMORY_RATIO_SEVERITY), MEMORY_RATIO_WHY)]
     for name, value in globals().items():
         if isinstance(value, Threshold):

@@ -90,19 +90,21 @@ def stragglers(facts: JobFacts) -> list[Finding]:
             continue
         evidence = (f"{slow.name} took {slow.ran_s:.0f} s, the other {tt.name} tasks {others:.0f} s (median): the "
                     f"job waited {slow.ran_s - others:.0f} s for it")
-        suggestion = _straggler_fix(facts, tt, slow, chief_task, done)
+        suggestion = _straggler_fix(facts, tt, slow, chief_task)
         if suggestion is not None:
             out.append(Finding("stragglers", "moderate", tt.name, evidence, suggestion))
     return out
 
 
-def _straggler_fix(facts, tt, slow: TaskFacts, chief: TaskFacts | None, done: list[TaskFacts]) -> Suggestion | None:
+def _straggler_fix(facts, tt, slow: TaskFacts, chief: TaskFacts | None) -> Suggestion | None:
     """Its vcores, where it was bound by them; else stopping stragglers after the chief, where
-    it outlived the chief and TonY's timeout for that is longer than the others needed."""
+    it outlived the chief and TonY's timeout for that is longer than the others needed (every
+    tracked task of every type: the timeout stops them all)."""
     if slow.metrics.get("AVG_CPU_UTILIZATION", 0) / 100 >= th.CPU_CAPPED.value * tt.resources.vcores:
         return Suggestion(f"tony.{tt.name}.vcores", str(tt.resources.vcores + 1))
     if chief is None or chief is slow or chief.finished_at is None or slow.finished_at <= chief.finished_at:
         return None
+    done = [t for t in facts.tasks if t.state == "SUCCEEDED" and t.tracked and t.finished_at is not None]
     after = max([0.0] + [t.finished_at - chief.finished_at for t in done if t is not slow and t is not chief])
     value_ms = int(math.ceil((after + th.AFTER_CHIEF_MARGIN_S.value) / 10) * 10_000)
     if value_ms >= facts.spec.after_chief_timeout_ms >= 0 or slow.finished_at - chief.finished_at <= value_ms / 1000:

@@ -101,6 +101,7 @@ class AmRuntime:
         self._launcher: TaskLauncher | None = None
         self._advice: tuple[str | None, float, list[dict]] | None = None  # (final status, when, findings)
         self._min_allocation = advice_facts.min_allocation_mb()
+        self._max_allocation = advice_facts.max_allocation_mb()
         job_files = None if final_conf is None else JobFiles(
             json.dumps({"spec": spec.to_dict(), "final_conf": final_conf}).encode(), src_zip)
         self.server = AmHttpServer((bind_ip, 0), None, self.verifier, self.status,
@@ -137,9 +138,13 @@ class AmRuntime:
             was_decided, at, findings = self._advice
             if was_decided or (not decided and now - at < ADVICE_EVERY_S):
                 return findings
-        facts = advice_facts.from_view(self.coordinator.view(), self.events.milestones(), now, self._min_allocation,
-                                       self.meta.app_id)
-        findings = [f.to_dict() for f in advice_report.advise(facts)]
+        try:
+            facts = advice_facts.from_view(self.coordinator.view(), self.events.milestones(), now,
+                                           self._min_allocation, self.meta.app_id, self._max_allocation)
+            findings = [f.to_dict() for f in advice_report.advise(facts)]
+        except Exception:  # noqa: BLE001 - advice is an extra: never the status page's or the verdict's end
+            log.exception("working out the job's advice failed; it has none")
+            findings = []
         self._advice = (decided, now, findings)
         return findings
 

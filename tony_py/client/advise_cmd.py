@@ -25,7 +25,7 @@ from tony_py.client.job import Job
 from tony_py.client.staging import STAGING_ROOT
 from tony_py.config.layers import DEFAULTS_PATH, load_conf
 from tony_py.config.xmlconf import parse_xml, read_xml, to_xml
-from tony_py.config.yarnsite import min_allocation_mb, queue_room
+from tony_py.config.yarnsite import max_allocation_mb, min_allocation_mb, queue_room
 from tony_py.errors import TonyError, UsageError
 from tony_py.history import layout
 from tony_py.history.store import HistoryStore, parse_jsonl
@@ -49,6 +49,8 @@ def main(argv: list[str], prog: str = "tony advise", out=sys.stdout) -> int:
             raise UsageError("give one job: an application id, a history directory, or --last")
         if opts.job and Path(opts.job).exists():
             app_id, findings, props = from_directory(Path(opts.job))
+        elif opts.job and not opts.job.startswith("application_"):
+            raise UsageError(f"{opts.job!r} is neither an application id nor a directory")
         else:
             with ClientGateway() as gw:
                 app_id, findings, props = from_cluster(gw, opts)
@@ -69,11 +71,15 @@ def from_directory(directory: Path) -> tuple[str, list[Finding], dict[str, str]]
     summary_file = directory / layout.SUMMARY
     if not summary_file.is_file():
         raise UsageError(f"{directory}: no {layout.SUMMARY} (a job's history directory has one)")
-    summary = json.loads(summary_file.read_text())
+    try:
+        summary = json.loads(summary_file.read_text())
+        summary["app_id"]
+    except (ValueError, TypeError, KeyError):
+        raise UsageError(f"{summary_file}: not a job's summary (JSON with its app_id)") from None
     lines = [line for p in sorted(directory.glob("events*.jsonl*")) for line in p.read_text().splitlines()]
     events = sorted(parse_jsonl(dict.fromkeys(lines)), key=lambda e: e.get("ts") or 0)
     props = read_xml(directory / layout.CONFIG) if (directory / layout.CONFIG).is_file() else {}
-    facts = advice_facts.from_history(summary, events, props, min_allocation_mb())
+    facts = advice_facts.from_history(summary, events, props, min_allocation_mb(), max_allocation=max_allocation_mb())
     return summary["app_id"], report.advise(facts), props
 
 
@@ -87,9 +93,11 @@ def from_cluster(gw, opts) -> tuple[str, list[Finding], dict[str, str]]:
         return running
     summary = store.find(app_id)
     if summary is None:
-        raise UsageError(f"{app_id}: neither running nor in the job history ({store.finished_root})")
+        raise UsageError(f"{app_id}: neither running (or its AM has not answered yet) nor in the job history "
+                         f"({store.finished_root})")
     props = store.config(summary)
-    facts = advice_facts.from_history(summary, store.events(summary), props, min_allocation_mb(), queue_room())
+    facts = advice_facts.from_history(summary, store.events(summary), props, min_allocation_mb(), queue_room(),
+                                      max_allocation_mb())
     return app_id, report.advise(facts), props
 
 

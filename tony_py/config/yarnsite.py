@@ -11,6 +11,7 @@ from tony_py.errors import UsageError
 
 MIN_ALLOCATION_KEY = "yarn.scheduler.minimum-allocation-mb"
 HADOOP_MIN_ALLOCATION_MB = 1024  # Hadoop's default for the key
+MAX_ALLOCATION_KEY = "yarn.scheduler.maximum-allocation-mb"
 
 
 def yarn_site(conf_dir: str | None = None) -> dict[str, str]:
@@ -48,6 +49,16 @@ def min_allocation_mb(conf_dir: str | None = None) -> int:
         return max(1, int(yarn_site(conf_dir).get(MIN_ALLOCATION_KEY) or HADOOP_MIN_ALLOCATION_MB))
     except ValueError:
         return HADOOP_MIN_ALLOCATION_MB
+
+
+def max_allocation_mb(conf_dir: str | None = None) -> int | None:
+    """The largest container the scheduler grants (yarn.scheduler.maximum-allocation-mb), None
+    where this yarn-site.xml does not say (a client's often does not)."""
+    try:
+        value = int(yarn_site(conf_dir).get(MAX_ALLOCATION_KEY) or 0)
+    except ValueError:
+        return None
+    return value if value > 0 else None
 
 
 def queue_room(conf_dir: str | None = None, timeout: float = 5.0) -> tuple[tuple[str, int], ...]:
