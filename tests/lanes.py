@@ -24,10 +24,10 @@ DEFAULT_INTEGRATION_S = 8.0  # about a one-host test's median
 
 # seconds, from the serial fresh-clone run of 2026-11-27 (before the lanes); by test, any parameters
 EXPECTED_S: dict[str, float] = {
-    "tests/integration/test_advice.py::test_a_missized_job_gets_its_values_and_the_rerun_with_them_succeeds_with_none": 145,
-    "tests/integration/test_advice.py::test_a_job_that_waited_for_a_full_queue_is_pointed_at_one_with_room": 107,
-    "tests/integration/test_advice.py::test_containers_slow_to_start_their_executor_say_what_to_ship": 65,
-    "tests/integration/test_ray.py::test_a_ray_driver_runs_on_the_head_and_its_tasks_on_every_worker_node": 43,
+    "tests/integration/test_advice.py::test_a_missized_job_gets_its_values_and_the_rerun_with_them_succeeds_with_none": 159,
+    "tests/integration/test_advice.py::test_a_job_that_waited_for_a_full_queue_is_pointed_at_one_with_room": 125,
+    "tests/integration/test_advice.py::test_containers_slow_to_start_their_executor_say_what_to_ship": 69,
+    "tests/integration/test_ray.py::test_a_ray_driver_runs_on_the_head_and_its_tasks_on_every_worker_node": 60,
     "tests/integration/test_failures.py::test_lost_nodemanager_job_finishes_on_the_other_node": 38,
     "tests/integration/test_elastic.py::test_a_lost_node_shrinks_the_gang_to_min_instances_and_it_trains_on": 35,
     "tests/integration/test_client_and_api.py::test_interrupt_at_any_point_kills_the_app_and_leaves_nothing": 20,
