@@ -22,7 +22,8 @@ from pathlib import Path
 LANES = ("multihost", "secure", "unit", "processes")  # the order work is queued in
 DEFAULT_INTEGRATION_S = 8.0  # about a one-host test's median
 
-# seconds, from the serial fresh-clone run of 2026-11-27 (before the lanes); by test, any parameters
+# seconds, from the serial fresh-clone run of 2026-11-27 (before the lanes), and test_advice's and
+# test_ray's from the fresh-clone run with the lanes at a2ada65; by test, any parameters
 EXPECTED_S: dict[str, float] = {
     "tests/integration/test_advice.py::test_a_missized_job_gets_its_values_and_the_rerun_with_them_succeeds_with_none": 159,
     "tests/integration/test_advice.py::test_a_job_that_waited_for_a_full_queue_is_pointed_at_one_with_room": 125,

@@ -236,9 +236,10 @@ def am_processes(app_id):
             and app_id in (p.info["cwd"] or "")]
 
 
-def history_of(cluster, app_id: str) -> dict:
-    """`tony history show APP --events --json`: the job as its history keeps it."""
-    proc = subprocess.run([PYTHON, "-m", "tony_py.cli", "history", "show", app_id, "--events", "--json"],
+def history_of(cluster, app_id: str, *flags: str) -> dict:
+    """`tony history show APP --json` with flags (--events, when none are given): the job as its
+    history keeps it."""
+    proc = subprocess.run([PYTHON, "-m", "tony_py.cli", "history", "show", app_id, *(flags or ("--events",)), "--json"],
                           cwd=ROOT, env=cluster.env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)

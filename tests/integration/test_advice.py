@@ -13,7 +13,7 @@ import threading
 
 from tony_py.config.values import parse_memory_mb
 
-from support import JOBS, PYTHON, ROOT, Background, tasks_running, wait_for
+from support import JOBS, PYTHON, ROOT, Background, history_of, tasks_running, wait_for
 
 METRICS = "tony.task.metrics-interval-ms=1000"
 
@@ -38,13 +38,6 @@ def running_finding(cluster, app_id: str, heuristic: str, task_type: str) -> dic
                           capture_output=True, text=True, timeout=60)
     found = json.loads(proc.stdout)["findings"] if proc.returncode == 0 else []
     return next((f for f in found if (f["heuristic"], f["task_type"]) == (heuristic, task_type)), None)
-
-
-def history(cluster, app_id: str, *args: str) -> dict:
-    proc = subprocess.run([PYTHON, "-m", "tony_py.cli", "history", "show", app_id, "--json", *args], cwd=ROOT,
-                          env=cluster.env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout)
 
 
 def probe(tmp_path, name: str, *conf: str, params: str, framework: str = "pytorch") -> list[str]:
@@ -79,12 +72,12 @@ def test_a_missized_job_gets_its_values_and_the_rerun_with_them_succeeds_with_no
     assert "worker:1 took" in found["stragglers"]["evidence"]
     assert found["failures"]["suggestion"]["key"] == "tony.application.timeout"
     # the history keeps what the AM found (the portal ranks jobs by it)
-    shown = history(cluster, first.app_id)
+    shown = history_of(cluster, first.app_id)
     assert {f["heuristic"] for f in shown["advice"]} == set(found) and shown["waste"]["GB-hours"] > 0
 
     again = tony(*probe(tmp_path, "again", params=params), "--conf_file", str(written))
     assert again.rc == 0, again.output[-3000:]
-    config = history(cluster, again.app_id, "--config")["config"]
+    config = history_of(cluster, again.app_id, "--config")["config"]
     assert (config["tony.worker.memory"], config["tony.worker.vcores"]) == (memory["suggestion"]["value"], "1")
     assert findings(cluster, again.app_id) == {}, "the rerun with the suggested values still got findings"
     diagnostics = cluster.app(again.app_id)["diagnostics"]
@@ -146,7 +139,8 @@ def test_a_job_that_waited_for_a_full_queue_is_pointed_at_one_with_room(cluster,
         job = Background(cluster, probe(tmp_path, "waits", "tony.worker.instances=1", "tony.worker.memory=512m",
                                         params="--sleep worker:0:2"))
         wait_for(lambda: job.app_id, 60, "the job's submit")
-        threading.Timer(70, release.touch).start()  # the job waits 70 s in the queue
+        timer = threading.Timer(70, release.touch)  # the job waits 70 s in the queue
+        timer.start()
         # meanwhile the filler, running, is advised by its AM (its history does not exist yet)
         live = wait_for(lambda: running_finding(cluster, filler.app_id, "memory", "worker"), 60,
                         "the running filler's advice from its AM")
@@ -154,6 +148,8 @@ def test_a_job_that_waited_for_a_full_queue_is_pointed_at_one_with_room(cluster,
         run = job.wait(timeout=300)
     finally:
         release.touch()
+        if "timer" in locals():
+            timer.cancel()
     assert filler.wait(timeout=120).rc == 0
     assert run.rc == 0, run.output[-3000:]
     waiting = findings(cluster, run.app_id)["waiting"]
@@ -195,7 +191,7 @@ def test_advise_refuses_what_it_cannot_read_and_reads_a_copied_history_dir(tony,
     run = tony(*probe(tmp_path, "copy", "tony.worker.instances=1", "tony.worker.memory=4g", params="--burn --sleep worker:0:6"))
     assert run.rc == 0, run.output[-3000:]
     assert advise(cluster, "--last", "--json")["app_id"] == run.app_id  # the last job submitted from here
-    shown = history(cluster, run.app_id, "--events", "--config")
+    shown = history_of(cluster, run.app_id, "--events", "--config")
     copy = tmp_path / "history-copy"
     copy.mkdir()
     events, config = shown.pop("events"), shown.pop("config")

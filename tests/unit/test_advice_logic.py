@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from tony_py.advice import report, thresholds
-from tony_py.advice.facts import failures_from_events, from_history, min_allocation_mb, spec_of
+from tony_py.advice.facts import failures_from_events, from_history, spec_of
 from tony_py.advice.model import Finding, JobFacts, TaskFacts
 from tony_py.config.layers import load_conf
+from tony_py.config.yarnsite import allocation_limits
 
 MB = 1 << 20
 T0 = 1_000_000.0
@@ -160,6 +161,19 @@ def test_a_long_wait_in_the_queue_points_at_a_queue_with_room():
                                     queues=(("urgent", 20_000),))), "waiting") == []
 
 
+def test_a_long_wait_for_containers_under_a_placement_constraint_drops_it():
+    held = events(("SUBMITTED", 0, None), ("AM_STARTED", 2, None), ("REQUESTED", 3, None),
+                  ("ALLOCATED", 90, "worker:0"), ("ALLOCATED", 95, "worker:1"), ("SPEC_SERVED", 100, "worker:0"))
+    job = facts("tony.worker.instances=2", "tony.worker.placement-spec=notin,node,worker", events=held,
+                tasks=[task("worker:0", start=T0 + 100), task("worker:1", start=T0 + 100)])
+    [f] = only(report.advise(job), "waiting")
+    assert (f.suggestion.key, f.suggestion.value) == ("tony.worker.placement-spec", "")
+    assert "92 s for its containers" in f.evidence
+    free = facts("tony.worker.instances=2", events=held,
+                 tasks=[task("worker:0", start=T0 + 100), task("worker:1", start=T0 + 100)])
+    assert only(report.advise(free), "waiting") == []  # no constraint to drop, no queue with room: silent
+
+
 def test_a_slow_container_start_says_what_to_ship():
     slow = events(("SUBMITTED", 0, None), ("LAUNCHED", 5, "worker:0"), ("REGISTERED", 45, "worker:0"),
                   ("LAUNCHED", 5, "worker:1"), ("REGISTERED", 8, "worker:1"))
@@ -209,6 +223,9 @@ def test_a_node_with_two_failures_the_retries_the_preemption_and_the_timeout():
                                    failures=on_n2, restarts_used=2))
     [node] = only(findings, "failures")
     assert node.suggestion.key == "tony.task.max-failures-per-node" and "2 of the job's failures were on n2" in node.evidence
+    limited = facts("tony.worker.instances=1", "tony.am.retry-count=2", "tony.task.max-failures-per-node=2",
+                    tasks=[task("worker:0")], failures=on_n2, restarts_used=2)
+    assert only(report.advise(limited), "failures") == []  # the limit already took the node out
     spent = facts("tony.worker.instances=1", "tony.am.retry-count=1", status="FAILED", restarts_used=1,
                   tasks=[task("worker:0", state="FAILED")], failures=[{"task": "worker:0", "kind": "signal", "host": "n1"},
                                                                       {"task": "worker:0", "kind": "lost", "host": "n3"}])
@@ -269,6 +286,6 @@ def test_history_facts_take_failures_from_the_events_with_their_hosts(tmp_path):
     assert job.spec.type("worker").instances == 1 and job.tasks[0].type == "worker" and job.failures[0]["host"] == "h1"
     (tmp_path / "yarn-site.xml").write_text("<configuration><property><name>yarn.scheduler.minimum-allocation-mb</name>"
                                             "<value>256</value></property></configuration>")
-    assert min_allocation_mb(str(tmp_path)) == 256 and min_allocation_mb(str(tmp_path / "none")) == 1024
+    assert allocation_limits(str(tmp_path))[0] == 256 and allocation_limits(str(tmp_path / "none")) == (1024, None)
     with pytest.raises(Exception, match="no configuration"):
         from_history(summary, evs, {}, 128)

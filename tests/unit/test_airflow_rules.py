@@ -15,8 +15,9 @@ import pytest
 
 from tony_py import api
 from tony_py.airflow import follow, provider
-from tony_py.airflow.rules import (SUBMIT_ARGS, FollowState, check_arguments, job_verdict, rm_web_urls,
+from tony_py.airflow.rules import (SUBMIT_ARGS, FollowState, check_arguments, job_verdict,
                                    submit_verdict, task_lines)
+from tony_py.config.yarnsite import rm_web_urls
 from tony_py.errors import ConfigError, SetupError, TonyError, UsageError
 
 ROOT = Path(__file__).resolve().parents[2]

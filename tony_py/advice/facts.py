@@ -6,7 +6,6 @@ from __future__ import annotations
 from tony_py.advice.model import JobFacts, TaskFacts
 from tony_py.config.build import build_job_spec
 from tony_py.config.layers import TonyConf
-from tony_py.config.yarnsite import max_allocation_mb, min_allocation_mb  # noqa: F401 - (the AM and client read them here)
 from tony_py.errors import UsageError
 
 

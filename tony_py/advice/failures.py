@@ -60,11 +60,9 @@ def _preempted_unprepared(facts: JobFacts) -> list[Finding]:
 
 
 def _timeout_slack(facts: JobFacts) -> list[Finding]:
-    timeout_s = facts.spec.timeout_ms / 1000
-    start = facts.submitted_at or facts.first("SUBMITTED")
-    if facts.status != "SUCCEEDED" or timeout_s <= 0 or start is None or facts.end is None:
+    timeout_s, took = facts.spec.timeout_ms / 1000, facts.total_s
+    if facts.status != "SUCCEEDED" or timeout_s <= 0 or not took:
         return []
-    took = facts.end - start
     if timeout_s <= th.TIMEOUT_SLACK.value * took:
         return []
     minutes = max(1, math.ceil(th.TIMEOUT_SUGGESTED_FACTOR.value * took / 60))

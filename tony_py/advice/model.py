@@ -96,6 +96,16 @@ class JobFacts:
     def end(self) -> float | None:
         return self.finished_at if self.finished_at is not None else self.now
 
+    @property
+    def submitted(self) -> float | None:
+        return self.submitted_at if self.submitted_at is not None else self.first("SUBMITTED")
+
+    @property
+    def total_s(self) -> float | None:
+        """From its submit to its end (or now, while it runs)."""
+        start, end = self.submitted, self.end
+        return end - start if start is not None and end is not None else None
+
     def first(self, kind: str, task: str | None = None) -> float | None:
         """When the first event of this kind (for this task) happened."""
         return next((e["ts"] for e in self.events if e.get("kind") == kind and (task is None or e.get("task") == task)),

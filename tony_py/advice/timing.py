@@ -10,16 +10,10 @@ from tony_py.advice import thresholds as th
 from tony_py.advice.model import Finding, JobFacts, Suggestion, TaskFacts
 
 
-def _total_s(facts: JobFacts) -> float | None:
-    start = facts.submitted_at or facts.first("SUBMITTED")
-    return (facts.end - start) if start is not None and facts.end is not None else None
-
-
 def waiting(facts: JobFacts) -> list[Finding]:
     """In the queue (submitted until the AM started) and for containers (asked until the first
     gang had them all)."""
-    total = _total_s(facts)
-    submitted = facts.submitted_at or facts.first("SUBMITTED")
+    total, submitted = facts.total_s, facts.submitted
     am_started, requested = facts.first("AM_STARTED"), facts.first("REQUESTED")
     served = facts.first("SPEC_SERVED") or facts.first("TASK_STARTED") or facts.end
     if total is None or submitted is None or am_started is None:
@@ -54,7 +48,7 @@ def _where_to_wait_less(facts: JobFacts, in_the_queue: bool) -> Suggestion | Non
 def startup(facts: JobFacts) -> list[Finding]:
     """Containers slow from their start to their executor's registration: localizing the job's
     files (the venv above all) and starting Python."""
-    total = _total_s(facts)
+    total = facts.total_s
     delays = []
     for task in {e.get("task") for e in facts.events if e.get("kind") == "LAUNCHED"}:
         launched, registered = facts.first("LAUNCHED", task), facts.first("REGISTERED", task)

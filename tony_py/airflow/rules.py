@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
 from tony_py import api
-from tony_py.config.yarnsite import rm_web_urls  # noqa: F401 - (tests and the trigger read it here)
+from tony_py.config.yarnsite import rm_web_urls
 from tony_py.job.yarn_exits import INFRASTRUCTURE_EXITS
 from tony_py.client.monitor import changed_task_lines
 from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK, EXIT_USAGE, TonyError, UsageError

@@ -27,6 +27,7 @@ from tony_py.am.server import AmHttpServer, JobFiles
 from tony_py.job.view import TaskView
 from tony_py.auth import Verifier
 from tony_py.config.spec import JobSpec
+from tony_py.config.yarnsite import allocation_limits
 
 log = logging.getLogger("tony.am")
 
@@ -100,8 +101,7 @@ class AmRuntime:
         self.events = events or EventLog()
         self._launcher: TaskLauncher | None = None
         self._advice: tuple[str | None, float, list[dict]] | None = None  # (final status, when, findings)
-        self._min_allocation = advice_facts.min_allocation_mb()
-        self._max_allocation = advice_facts.max_allocation_mb()
+        self._min_allocation, self._max_allocation = allocation_limits()  # (the NodeManager's yarn-site)
         job_files = None if final_conf is None else JobFiles(
             json.dumps({"spec": spec.to_dict(), "final_conf": final_conf}).encode(), src_zip)
         self.server = AmHttpServer((bind_ip, 0), None, self.verifier, self.status,

@@ -25,7 +25,7 @@ from tony_py.client.job import Job
 from tony_py.client.staging import STAGING_ROOT
 from tony_py.config.layers import DEFAULTS_PATH, load_conf
 from tony_py.config.xmlconf import parse_xml, read_xml, to_xml
-from tony_py.config.yarnsite import max_allocation_mb, min_allocation_mb, queue_room
+from tony_py.config.yarnsite import allocation_limits, queue_room
 from tony_py.errors import TonyError, UsageError
 from tony_py.history import layout
 from tony_py.history.store import HistoryStore, parse_jsonl
@@ -79,7 +79,8 @@ def from_directory(directory: Path) -> tuple[str, list[Finding], dict[str, str]]
     lines = [line for p in sorted(directory.glob("events*.jsonl*")) for line in p.read_text().splitlines()]
     events = sorted(parse_jsonl(dict.fromkeys(lines)), key=lambda e: e.get("ts") or 0)
     props = read_xml(directory / layout.CONFIG) if (directory / layout.CONFIG).is_file() else {}
-    facts = advice_facts.from_history(summary, events, props, min_allocation_mb(), max_allocation=max_allocation_mb())
+    smallest, largest = allocation_limits()
+    facts = advice_facts.from_history(summary, events, props, smallest, max_allocation=largest)
     return summary["app_id"], report.advise(facts), props
 
 
@@ -96,8 +97,8 @@ def from_cluster(gw, opts) -> tuple[str, list[Finding], dict[str, str]]:
         raise UsageError(f"{app_id}: neither running (or its AM has not answered yet) nor in the job history "
                          f"({store.finished_root})")
     props = store.config(summary)
-    facts = advice_facts.from_history(summary, store.events(summary), props, min_allocation_mb(), queue_room(),
-                                      max_allocation_mb())
+    smallest, largest = allocation_limits()
+    facts = advice_facts.from_history(summary, store.events(summary), props, smallest, queue_room(), largest)
     return app_id, report.advise(facts), props
 
 

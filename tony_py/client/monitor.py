@@ -21,6 +21,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from tony_py.advice.model import Finding
+from tony_py.advice.report import top_line
 from tony_py.auth import RAY_TOKEN_PURPOSE, derived_token
 from tony_py.client.job import FINAL_STATES, WAITING_STATES, Job
 from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK
@@ -279,8 +281,5 @@ class Monitor:
         elif status.get("diagnostics") and not self.quiet:
             print(status["diagnostics"].splitlines()[0], file=self.out, flush=True)
         if status.get("advice") and not self.quiet:  # the AM's findings (tony_py/advice): the most pressing
-            from tony_py.advice.model import Finding
-            from tony_py.advice.report import top_line
-
             print(top_line([Finding.from_dict(f) for f in status["advice"]]), file=self.out, flush=True)
         return EXIT_OK if final == "SUCCEEDED" else EXIT_JOB_FAILED

@@ -1,5 +1,5 @@
 """What a client or an AM reads of the cluster's own yarn-site.xml (HADOOP_CONF_DIR): where the
-ResourceManagers' web UIs are, and YARN's allocation increment."""
+ResourceManagers' web UIs are, and the sizes YARN grants containers in."""
 
 from __future__ import annotations
 
@@ -40,25 +40,21 @@ def rm_web_urls(conf_dir: str | None = None) -> list[str]:
     return urls
 
 
+def allocation_limits(conf_dir: str | None = None) -> tuple[int, int | None]:
+    """YARN's allocation increment (yarn.scheduler.minimum-allocation-mb; Hadoop's default 1024
+    where yarn-site.xml lacks it, as a client's often does): the scheduler rounds every container
+    up to a multiple of it; and its largest container (yarn.scheduler.maximum-allocation-mb),
+    None where yarn-site.xml does not say."""
+    site = yarn_site(conf_dir)
 
+    def positive(key: str) -> int | None:
+        try:
+            value = int(site.get(key) or 0)
+        except ValueError:
+            return None
+        return value if value > 0 else None
 
-def min_allocation_mb(conf_dir: str | None = None) -> int:
-    """YARN's allocation increment, else Hadoop's default: the scheduler rounds every container
-    up to a multiple of it (a client's yarn-site.xml often lacks this RM key: then 1024)."""
-    try:
-        return max(1, int(yarn_site(conf_dir).get(MIN_ALLOCATION_KEY) or HADOOP_MIN_ALLOCATION_MB))
-    except ValueError:
-        return HADOOP_MIN_ALLOCATION_MB
-
-
-def max_allocation_mb(conf_dir: str | None = None) -> int | None:
-    """The largest container the scheduler grants (yarn.scheduler.maximum-allocation-mb), None
-    where this yarn-site.xml does not say (a client's often does not)."""
-    try:
-        value = int(yarn_site(conf_dir).get(MAX_ALLOCATION_KEY) or 0)
-    except ValueError:
-        return None
-    return value if value > 0 else None
+    return positive(MIN_ALLOCATION_KEY) or HADOOP_MIN_ALLOCATION_MB, positive(MAX_ALLOCATION_KEY)
 
 
 def queue_room(conf_dir: str | None = None, timeout: float = 5.0) -> tuple[tuple[str, int], ...]:
