@@ -308,6 +308,14 @@ def stray_processes(cluster: Cluster) -> list[psutil.Process]:
     return strays
 
 
+def _alive(proc: psutil.Process) -> bool:
+    """Running, and not a zombie (an exited process its new parent has yet to reap holds nothing)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def wait_clean(cluster: Cluster, timeout: float = 30.0) -> dict:
     """Wait for running apps, staging dirs and stray processes to be gone; returns what is left."""
     deadline = time.monotonic() + timeout
@@ -315,8 +323,8 @@ def wait_clean(cluster: Cluster, timeout: float = 30.0) -> dict:
         left = {
             "apps": [a["id"] for a in cluster.apps("NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING")],
             "staging": cluster.staging_dirs(),
-            "processes": [f"{p.pid}: {' '.join(p.cmdline())[:120]}" for p in stray_processes(cluster)
-                          if p.is_running()],
+            "processes": [f"{p.pid}: {' '.join(p.info.get('cmdline') or [])[:120]}" for p in stray_processes(cluster)
+                          if _alive(p)],
         }
         if not any(left.values()) or time.monotonic() > deadline:
             return left

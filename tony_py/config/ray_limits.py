@@ -7,9 +7,9 @@ from __future__ import annotations
 from tony_py.config.spec import RAY_HEAD_TYPE
 
 RAY_WORKER_TYPE = "worker"
-# What Ray's own processes take besides its tasks, as YARN's memory check counts them (measured
-# on Ray 2.60 by the NodeManagers' smaps-based check: a head's GCS, raylet, agents and dashboard,
-# whose ten module processes hold ~110 MB each, ~2 GB; a worker node's raylet and agents ~450 MB).
+# What Ray's own processes take besides its tasks, as YARN's memory check counts them (the sum of
+# their RSS, measured on Ray 2.60: a head's GCS, raylet, agents and dashboard, whose ten module
+# processes hold ~110 MB each, ~2 GB; a worker node's raylet and agents ~450 MB).
 RAY_DAEMONS_MB = {RAY_HEAD_TYPE: 2048, RAY_WORKER_TYPE: 512}
 # tony.head.memory when the job does not set it: the daemons, a 30 % object store and the driver
 # (TonY's 2g default for a type is less than the head's daemons alone).
