@@ -33,7 +33,7 @@ from tony_py.task import write_error
 JOIN_TIMEOUT = "TONY_RAY_JOIN_TIMEOUT_S"
 AGENT_TIMEOUT_MS = 120_000
 DEFAULT_JOIN_TIMEOUT_S = 300.0
-START_ATTEMPTS = 3
+START_ATTEMPTS = 6  # (bounded by the join timeout: a loaded node may miss Ray's 30 s window more than twice)
 EARLY_FAILURE_S = 90.0  # a `ray start` that ends sooner failed to start the node
 STOP_GRACE_S = 0.5  # the executor's SIGKILL follows its SIGTERM after 2 s
 
