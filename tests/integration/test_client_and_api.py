@@ -101,7 +101,7 @@ def anonymous_get(base: str, path: str) -> dict:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_at_any_point_kills_the_app_and_leaves_nothing(sig, cluster, probe_args, tmp_path):
     """From the client's first second (JVM start, checks, staging, submit) to a running job:
-    exit 130, one line, no traceback, the application KILLED, no staging dir, no process."""
+    exit 130 (or killed by the signal, silently, before Python ran the client), one line, no traceback, the application KILLED, no staging dir, no process."""
     args = probe_args("tony.worker.instances=1", "tony.worker.memory=512m", params="--forever worker:0")
     # fixed delays land in the early phases; the last case waits for the submit itself (an event,
     # whatever the machine's load), so at least one interruption comes after it
@@ -128,7 +128,11 @@ def test_interrupt_at_any_point_kills_the_app_and_leaves_nothing(sig, cluster, p
         for reader in readers:
             reader.join(timeout=10)
         out, err = "".join(out_lines), "".join(err_lines)
-        assert client.returncode == 130, (delay, out, err)
+        # a signal that beats the interpreter to the client's first line (a loaded machine can take
+        # longer than the first delay to start Python) kills it the plain Unix way: nothing printed,
+        # nothing started, and the shell says 128+signal just the same
+        before_the_client = client.returncode == -sig and not out and not err
+        assert client.returncode == 130 or before_the_client, (delay, client.returncode, out, err)
         assert "Traceback" not in err and "Error" not in err, (delay, err)
         app_id = app_id_in(out)
         if app_id:
