@@ -33,7 +33,8 @@ def cache_dir() -> Path:
 def default_cluster_workdir(kind: str = "processes") -> Path:
     """Where `tony cluster up` keeps a cluster's state when no --workdir is given."""
     base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(base) / "tony-py" / {"docker": "docker-cluster", "secure": "secure-cluster"}.get(kind, "cluster")
+    return Path(base) / "tony-py" / {"docker": "docker-cluster", "secure": "secure-cluster", "ha": "ha-cluster",
+                                           "docker-ha": "docker-ha-cluster"}.get(kind, "cluster")
 
 
 def locate_jar() -> Path:

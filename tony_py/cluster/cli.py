@@ -1,7 +1,8 @@
 """`python -m tony_py.cluster up|down|status [--docker [--nodes N] | --secure] [--workdir DIR]`
 (also `tony cluster …`). Without --docker every daemon is a process on this machine; with it,
 every daemon is a container with its own host name and address. --secure adds a KDC and turns
-Kerberos on (process cluster only). `status` and `down` find which kind
+Kerberos on (process cluster only); --ha runs two ResourceManagers that fail over through a
+ZooKeeper (either launcher). `status` and `down` find which kind
 of cluster a workdir holds by themselves."""
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     parser.add_argument("--secure", action="store_true",
                         help="Kerberos, a local KDC (realm TONY.TEST), users alice and bob with keytabs "
                              "(needs krb5-user's kinit and ktutil); default workdir ~/.local/state/tony-py/secure-cluster")
+    parser.add_argument("--ha", action="store_true",
+                        help="two ResourceManagers (rm1, rm2) with automatic fail-over through a ZooKeeper of "
+                             "their own, as production clusters run them; default workdir ~/.local/state/tony-py/ha-cluster")
     parser.add_argument("--nodes", type=int, default=3, help="with up --docker: how many NodeManagers (default 3)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--purge", action="store_true", help="with down: also delete the workdir")
@@ -42,10 +46,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return parser
 
 
-def open_cluster(workdir: str | None, docker: bool, secure: bool = False) -> LocalCluster | DockerCluster:
+def open_cluster(workdir: str | None, docker: bool, secure: bool = False, ha: bool = False) -> LocalCluster | DockerCluster:
     """The cluster a workdir holds (its cluster.json says which kind), else the kind asked for."""
     kind = "docker" if docker else "processes"
-    path = Path(workdir) if workdir else paths.default_cluster_workdir("secure" if secure else kind)
+    path = Path(workdir) if workdir else paths.default_cluster_workdir(
+        "secure" if secure else f"{kind}-ha" if ha and docker else "ha" if ha else kind)
     try:
         kind = json.loads((path / STATE_FILE).read_text()).get("kind", "processes")
     except (OSError, ValueError):
@@ -59,7 +64,12 @@ def _print_up(cluster, state, started: bool, info: dict) -> None:
               f"workdir {cluster.workdir})")
     else:
         print(f"cluster already running in {cluster.workdir}")
-    print(f"  ResourceManager  {info['resourcemanager_web']}")
+    if info.get("rm_ids"):
+        for rm, web in zip(info["rm_ids"], info["rm_web_addresses"]):
+            print(f"  ResourceManager  {web}  {rm}{' (active)' if rm == info.get('active_rm') else ''}")
+        print(f"  ZooKeeper        {info['zookeeper']}")
+    else:
+        print(f"  ResourceManager  {info['resourcemanager_web']}")
     print(f"  NameNode         {info['namenode_web']}")
     if cluster.kind == "docker":
         print(f"  network          {info['network']} {info['subnet']} (internal: nothing leaves this machine)")
@@ -87,17 +97,18 @@ def _print_kerberos(info: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.action == "up":
         if args.docker:
-            cluster = DockerCluster(args.workdir)
-            state, started = cluster.up(nodes=args.nodes, timeout=args.timeout,
+            cluster = DockerCluster(args.workdir or (paths.default_cluster_workdir("docker-ha") if args.ha else None))
+            state, started = cluster.up(nodes=args.nodes, timeout=args.timeout, ha=args.ha,
                                         log=lambda line: print(line, file=sys.stderr, flush=True))
         else:
-            workdir = args.workdir or (paths.default_cluster_workdir("secure") if args.secure else None)
+            workdir = args.workdir or (paths.default_cluster_workdir("secure") if args.secure else
+                                       paths.default_cluster_workdir("ha") if args.ha else None)
             cluster = LocalCluster(workdir)
-            state, started = cluster.up(timeout=args.timeout, kerberos=args.secure)
+            state, started = cluster.up(timeout=args.timeout, kerberos=args.secure, ha=args.ha)
         info = cluster.status()
         print(json.dumps(info, indent=2)) if args.json else _print_up(cluster, state, started, info)
         return 0
-    cluster = open_cluster(args.workdir, args.docker, args.secure)
+    cluster = open_cluster(args.workdir, args.docker, args.secure, args.ha)
     if args.action == "down":
         stopped = cluster.down(purge=args.purge)
         if args.json:
@@ -126,6 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.secure and args.docker:
         print("tony cluster: --secure is for the process cluster; the Docker cluster has no KDC yet "
               "(use one or the other)", file=sys.stderr)
+        return 2
+    if args.secure and args.ha:
+        print("tony cluster: --ha and --secure together are not supported yet (use one or the other)", file=sys.stderr)
         return 2
     if args.action == "up" and args.docker and not 1 <= args.nodes <= 50:
         print(f"tony cluster: --nodes must be 1..50, got {args.nodes}", file=sys.stderr)

@@ -29,13 +29,14 @@ CONF_FILES = ("core-site.xml", "hdfs-site.xml", "yarn-site.xml", "capacity-sched
 STATE_FILE = "cluster.json"
 
 MAIN_CLASS = {
+    "zookeeper": "org.apache.zookeeper.server.ZooKeeperServerMain",
     "namenode": "org.apache.hadoop.hdfs.server.namenode.NameNode",
     "datanode": "org.apache.hadoop.hdfs.server.datanode.DataNode",
     "resourcemanager": "org.apache.hadoop.yarn.server.resourcemanager.ResourceManager",
     "nodemanager": "org.apache.hadoop.yarn.server.nodemanager.NodeManager",
 }
 # Heap per daemon: together (with JVM overhead) well under 4 GB of RSS.
-HEAP_MB = {"namenode": 256, "datanode": 192, "resourcemanager": 384, "nodemanager": 256}
+HEAP_MB = {"zookeeper": 64, "namenode": 256, "datanode": 192, "resourcemanager": 384, "nodemanager": 256}
 NM_MEMORY_MB = 12288
 NM_VCORES = 16
 STANDIN_GPUS = 2  # what docker/hadoop-cluster/gpu/nvidia-smi reports
@@ -54,15 +55,20 @@ class Timers:
 
     nm_expiry_ms: int  # a NodeManager silent this long is LOST; its containers are reported ended
     am_expiry_ms: int  # an AM attempt silent this long is failed; the next attempt starts
-    rm_connect_max_wait_ms: int  # how long a NodeManager or an AM keeps retrying an unreachable RM
+    rm_connect_max_wait_ms: int  # how long a client keeps retrying an unreachable RM (the AM: at least its expiry)
+    # How long a NodeManager does: it shuts itself down after that, so an RM restart or a ZooKeeper
+    # outage longer than it would take every node with it. Production's 15 min (Hadoop's default).
+    nm_rm_connect_max_wait_ms: int = 900_000
 
     def values(self) -> dict[str, int]:
         return dict(self.__dict__)
 
 
 def daemon_kind(name: str) -> str:
-    """'nodemanager2' -> 'nodemanager'; the other daemons are named by their kind."""
-    return "nodemanager" if name.startswith("nodemanager") else name
+    """'nodemanager2' -> 'nodemanager', 'resourcemanager1' -> 'resourcemanager' (an HA pair);
+    the other daemons are named by their kind."""
+    return name.rstrip("0123456789")
+
 
 
 def render(template: Path, values: dict) -> str:
@@ -107,8 +113,9 @@ def write_conf_dir(target: Path, values: dict) -> None:
 def write_nodemanager_conf(target: Path, values: dict, nm: dict) -> None:
     """The cluster's conf plus one NodeManager's own settings (host, ports, dirs, GPUs)."""
     nm_values = dict(values, **{k if k.startswith("nm_") else f"nm_{k}": v for k, v in nm.items()})
+    nm_values["rm_connect_max_wait_ms"] = values["nm_rm_connect_max_wait_ms"]
     nm_values["nm_gpu_properties"] = gpu_properties(nm)
-    nm_values["nodemanager_properties"] = render(TEMPLATES / "nodemanager.xml", nm_values)
+    nm_values["daemon_properties"] = render(TEMPLATES / "nodemanager.xml", nm_values)
     write_conf_dir(target, nm_values)
 
 
@@ -184,9 +191,10 @@ def yarn_ready(rm_web: str, want: int) -> tuple[bool, str]:
     return False, f"YARN: {len(running)}/{want} NodeManagers RUNNING"
 
 
-def wait_ready(dead: Callable[[], list[str]], rm_web: str, nn_web: str, nodemanagers: int, deadline: float,
-               logs: Path) -> None:
-    """Until HDFS and YARN answer ready; fails at once if a daemon died (dead() names them)."""
+def wait_ready(dead: Callable[[], list[str]], rm_web: str | Callable[[], str | None], nn_web: str, nodemanagers: int,
+               deadline: float, logs: Path) -> None:
+    """Until HDFS and YARN answer ready; fails at once if a daemon died (dead() names them).
+    rm_web: the RM's web address, or (an HA pair) a function that finds the active one's, or None."""
     hdfs = yarn = False
     last = ""
     while time.monotonic() < deadline:
@@ -197,8 +205,12 @@ def wait_ready(dead: Callable[[], list[str]], rm_web: str, nn_web: str, nodemana
             if not hdfs:
                 hdfs, last = hdfs_ready(nn_web)
             if not yarn:
-                yarn, last = yarn_ready(rm_web, nodemanagers)
-        except requests.RequestException as exc:
+                active = rm_web() if callable(rm_web) else rm_web
+                if active is None:
+                    yarn, last = False, "YARN: no ResourceManager is active yet"
+                else:
+                    yarn, last = yarn_ready(active, nodemanagers)
+        except (requests.RequestException, ValueError) as exc:
             last = f"waiting for web endpoints ({exc.__class__.__name__})"
         if hdfs and yarn:
             return

@@ -38,7 +38,7 @@ from pathlib import Path
 import psutil
 
 from tony_py import paths
-from tony_py.cluster import definition, hosts, image, jars, secure
+from tony_py.cluster import availability, definition, hosts, image, jars, secure
 from tony_py.cluster.engine import check_engine
 from tony_py.cluster.definition import overall_state, read_state, save_state
 from tony_py.errors import SetupError
@@ -54,8 +54,12 @@ NM_PORTS = {"nm_port": 8041, "nm_localizer_port": 8040, "nm_web_port": 8042, "nm
 # AMs keep retrying an unreachable RM for 2 min (YARN: 15 min), longer than any partition a
 # test makes, so a healed node rejoins instead of having shut itself down.
 TIMERS = definition.Timers(nm_expiry_ms=30_000, am_expiry_ms=15_000, rm_connect_max_wait_ms=120_000)
-_SHORT = {"namenode": "nn", "datanode": "dn", "resourcemanager": "rm"}
-_ADDRESS = {"namenode": 10, "datanode": 11, "resourcemanager": 12}  # NodeManager i: 20 + i
+ZK_PORT = 2181
+_SHORT = {"namenode": "nn", "datanode": "dn", "resourcemanager": "rm", "zookeeper": "zk",
+          "resourcemanager1": "rm1", "resourcemanager2": "rm2"}
+# NodeManager i: 20 + i; an HA pair's rm1 has the lone RM's address
+_ADDRESS = {"namenode": 10, "datanode": 11, "resourcemanager": 12, "resourcemanager1": 12, "zookeeper": 13,
+            "resourcemanager2": 14}
 
 
 @dataclass
@@ -84,6 +88,8 @@ class DockerClusterState:
     hosts_note: str | None = None
     up_seconds: float | None = None
     kind: str = KIND
+    # An HA pair (up --ha): {"zookeeper": "host:port", "rms": [{"id", "host", <port names>}]}
+    ha: dict | None = None
 
     def node(self, name: str) -> Node:
         for node in self.nodes:
@@ -95,8 +101,15 @@ class DockerClusterState:
         return f"http://{self.node(name).hostname}:{PORTS[port]}"
 
     @property
+    def rm_webs(self) -> dict[str, str]:
+        """{rm id: web address}: both of an HA pair, else the lone RM's (id "rm")."""
+        if self.ha:
+            return {rm["id"]: f"http://{rm['host']}:{PORTS['rm_web_port']}" for rm in self.ha["rms"]}
+        return {"rm": self.web("resourcemanager", "rm_web_port")}
+
+    @property
     def rm_web(self) -> str:
-        return self.web("resourcemanager", "rm_web_port")
+        return next(iter(self.rm_webs.values()))
 
     @property
     def nn_web(self) -> str:
@@ -158,7 +171,7 @@ class DockerCluster:
         return read_state(self.state_path, DockerClusterState)
 
     # ---- up ----------------------------------------------------------------------------
-    def up(self, nodes: int = 3, timeout: float = 240.0, log=print) -> tuple[DockerClusterState, bool]:
+    def up(self, nodes: int = 3, timeout: float = 240.0, log=print, ha: bool = False) -> tuple[DockerClusterState, bool]:
         if not 1 <= nodes <= 50:
             raise SetupError(f"--nodes must be 1..50, got {nodes}")
         check_engine()
@@ -166,6 +179,9 @@ class DockerCluster:
         if existing is not None:
             alive = self._alive(existing)
             if alive and all(alive.values()):
+                if bool(existing.ha) != ha:
+                    raise SetupError(f"the cluster in {self.workdir} is running {'with' if existing.ha else 'without'} "
+                                     "two ResourceManagers (--ha); run `tony cluster down` first, or give another --workdir")
                 return existing, False
             if any(alive.values()):
                 raise SetupError(f"the cluster in {self.workdir} is partly running; run `tony cluster down` first")
@@ -173,7 +189,7 @@ class DockerCluster:
         version = jars.pinned_hadoop_version()
         lib = jars.ensure_hadoop_jars(version)
         tag = image.ensure_image(log)
-        state = self._configure(version, lib, tag, nodes)
+        state = self._configure(version, lib, tag, nodes, ha)
         save_state(self.state_path, state)
         try:
             self._create_network(state)
@@ -189,10 +205,11 @@ class DockerCluster:
         save_state(self.state_path, state)
         return state, True
 
-    def _configure(self, version: str, lib: Path, tag: str, count: int) -> DockerClusterState:
+    def _configure(self, version: str, lib: Path, tag: str, count: int, ha: bool = False) -> DockerClusterState:
         data, conf = self.workdir / "data", self.workdir / "conf"
         for sub in ("logs", "shared"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
+        availability.forget_running_state(data)
         name = f"tony-{self.cluster_id}"
         host = lambda short: f"{short}.{self.cluster_id}.{DOMAIN}"  # noqa: E731
         standin = definition.install_standin(self.workdir / "gpu")
@@ -200,25 +217,37 @@ class DockerCluster:
                 **NM_PORTS} for i in range(1, count + 1)]
         for nm in nms:
             nm.update(gpu_discovery=str(standin) if nm["gpus"] else None, gpu_standin=bool(nm["gpus"]))
-        nodes = [Node(d, f"{name}-{d}", host(_SHORT[d]), "", str(self.workdir / "logs" / f"{d}.log"))
-                 for d in ("namenode", "datanode", "resourcemanager")]
+        masters = ["zookeeper", "namenode", "datanode", "resourcemanager1", "resourcemanager2"] if ha else \
+            ["namenode", "datanode", "resourcemanager"]
+        nodes = [Node(d, f"{name}-{d}", host(_SHORT[d]), "", str(self.workdir / "logs" / f"{d}.log")) for d in masters]
         nodes += [Node(f"nodemanager{nm['index']}", f"{name}-nm{nm['index']}", nm["host"], "",
                        str(self.workdir / "logs" / f"nodemanager{nm['index']}.log")) for nm in nms]
-        values = {"nn_host": host("nn"), "dn_host": host("dn"), "rm_host": host("rm"), "user": getpass.getuser(),
-                  "data_dir": str(data), "conf_dir": str(conf), "lib_dir": str(lib),
+        rm_ports = {k: PORTS[k] for k in availability.RM_ADDRESS_KEYS}
+        ha_plan = {"zookeeper": f"{host('zk')}:{ZK_PORT}",
+                   "rms": [{"id": rm_id, "host": host(rm_id), **rm_ports} for rm_id in availability.HA_RM_IDS]} \
+            if ha else None
+        values = {"nn_host": host("nn"), "dn_host": host("dn"), "rm_host": host("rm1" if ha else "rm"),
+                  "user": getpass.getuser(), "data_dir": str(data), "conf_dir": str(conf), "lib_dir": str(lib),
                   "nm_memory_mb": definition.NM_MEMORY_MB, "nm_vcores": definition.NM_VCORES,
-                  "nodemanager_properties": "", **TIMERS.values(), **PORTS,
-                  **secure.INSECURE}
+                  "daemon_properties": "",
+                  "resourcemanager_properties": availability.resourcemanager_properties(
+                      str(data), ha_plan and ha_plan["rms"], ha_plan and ha_plan["zookeeper"]),
+                  "nm_recovery": "true",
+                  **TIMERS.values(), **PORTS, **secure.INSECURE}
         definition.write_conf_dir(conf, values)
         for nm in nms:
             definition.write_nodemanager_conf(self.workdir / f"conf-nm{nm['index']}", values, nm)
             (data / f"nm{nm['index']}").mkdir(parents=True, exist_ok=True)
-        for d in ("namenode", "datanode"):
+        if ha_plan:
+            for rm in ha_plan["rms"]:
+                availability.write_resourcemanager_conf(self.workdir / f"conf-{rm['id']}", values, rm)
+            availability.write_zookeeper_conf(self.workdir / "conf-zookeeper", host("zk"), ZK_PORT, str(data / "zookeeper"))
+        for d in masters:
             (data / d).mkdir(parents=True, exist_ok=True)
         return DockerClusterState(
             workdir=str(self.workdir), cluster_id=self.cluster_id, hadoop_version=version, conf_dir=str(conf),
             lib_dir=str(lib), image=tag, network=name, subnet="", nodes=nodes, nodemanagers=nms,
-            python_mounts=python_prefixes(), shared_dir=str(self.workdir / "shared"))
+            python_mounts=python_prefixes(), shared_dir=str(self.workdir / "shared"), ha=ha_plan)
 
     def _create_network(self, state: DockerClusterState) -> None:
         """A /24 of 198.18.0.0/15 that no other Docker network uses, tried from the cluster id on."""
@@ -247,15 +276,29 @@ class DockerCluster:
             rw += [str(self.workdir / "data" / f"nm{index}"), state.shared_dir]
         else:
             rw.append(str(self.workdir / "data" / node.name))
+            if self._own_conf(state, node) != state.conf_dir:  # an HA pair's RM, ZooKeeper
+                ro.append(self._own_conf(state, node))
         return [f"{p}:{p}:ro" for p in ro] + [f"{p}:{p}" for p in rw]
+
+    def _own_conf(self, state: DockerClusterState, node: Node) -> str:
+        """The conf dir a daemon starts with: a NodeManager's, an HA RM's or ZooKeeper's own, else the cluster's."""
+        kind = definition.daemon_kind(node.name)
+        if kind == "nodemanager":
+            return str(self.workdir / f"conf-nm{node.name.removeprefix('nodemanager')}")
+        if kind == "resourcemanager" and state.ha:
+            return str(self.workdir / f"conf-rm{node.name.removeprefix('resourcemanager')}")
+        if kind == "zookeeper":
+            return str(self.workdir / "conf-zookeeper")
+        return state.conf_dir
 
     def _command(self, state: DockerClusterState, node: Node) -> list[str]:
         kind = definition.daemon_kind(node.name)
-        conf = str(self.workdir / f"conf-nm{node.name.removeprefix('nodemanager')}") if kind == "nodemanager" \
-            else state.conf_dir
+        conf = self._own_conf(state, node)
         java = definition.java_command(f"{image.JAVA_HOME}/bin/java", kind, conf, state.lib_dir,
                                        str(self.workdir / "logs"), Path(node.log).name, str(self.workdir),
                                        getpass.getuser())
+        if kind == "zookeeper":
+            java.append(f"{conf}/zoo.cfg")
         script = 'exec "$@" >>"$0" 2>&1'
         if kind == "namenode":  # formatted once, in its own container
             version = self.workdir / "data" / "namenode" / "current" / "VERSION"
@@ -271,9 +314,8 @@ class DockerCluster:
                 args += ["--add-host", f"{other.hostname}:{other.address}"]
         for mount in self._mounts(state, node):
             args += ["-v", mount]
-        conf = state.conf_dir
+        conf = self._own_conf(state, node)
         if node.name.startswith("nodemanager"):
-            conf = str(self.workdir / f"conf-nm{node.name.removeprefix('nodemanager')}")
             args += ["--cap-add", "NET_ADMIN", "-e", f"PATH={self.workdir / 'gpu'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
         args += ["-e", f"JAVA_HOME={image.JAVA_HOME}", "-e", f"HADOOP_CONF_DIR={conf}",
                  "-e", f"HADOOP_HOME={self.workdir}", state.image, *self._command(state, node)]
@@ -282,7 +324,12 @@ class DockerCluster:
 
     def wait_ready(self, state: DockerClusterState, deadline: float) -> None:
         # By address: the launcher must not depend on /etc/hosts having taken the names.
-        rm = f"http://{state.node('resourcemanager').address}:{PORTS['rm_web_port']}"
+        if state.ha:
+            webs = {rm["id"]: f"http://{state.node(availability.rm_daemon(rm['id'])).address}:{PORTS['rm_web_port']}"
+                    for rm in state.ha["rms"]}
+            rm = lambda: availability.active_rm_web(webs)  # noqa: E731
+        else:
+            rm = f"http://{state.node('resourcemanager').address}:{PORTS['rm_web_port']}"
         nn = f"http://{state.node('namenode').address}:{PORTS['nn_http_port']}"
         definition.wait_ready(lambda: [n for n, up in self._alive(state).items() if not up], rm, nn,
                               len(state.nodemanagers), deadline, self.workdir / "logs")
@@ -316,7 +363,7 @@ class DockerCluster:
                "image": state.image, "network": state.network, "subnet": state.subnet,
                "python": [f"{p}/bin/python" for p in state.python_mounts[-1:]] + ["/usr/bin/python3"],
                "shared_dir": state.shared_dir, "yarn_timers_ms": TIMERS.values(), "daemons": daemons,
-               "up_seconds": state.up_seconds}
+               "up_seconds": state.up_seconds, **availability.ha_status(state.rm_webs, state.ha)}
         if state.hosts_note:
             out["hosts_note"] = state.hosts_note
         if overall != "down":

@@ -2,9 +2,12 @@
 
 NameNode, DataNode, ResourceManager and two NodeManagers run as separate java processes from
 Apache Hadoop's Maven Central jars, each with its own ports (picked free at `up`), dirs and log
-file, all on 127.0.0.1. Config and JVM command lines come from definition.py, the same as the
-Docker launcher's (docker.py). State lives in <workdir>/cluster.json so `down` and `status`
-find the exact processes `up` started (pid plus start time, so a recycled pid is never killed).
+file, all on 127.0.0.1. With `ha`, two ResourceManagers (rm1, rm2) elect the active one through
+a ZooKeeper of their own and keep their state in it (availability.py). Every RM and NodeManager
+runs with recovery on, so any of them may be restarted under running jobs (restart_daemon).
+Config and JVM command lines come from definition.py, the same as the Docker launcher's
+(docker.py). State lives in <workdir>/cluster.json (daemons.py's ClusterState) so `down` and
+`status` find the exact processes `up` started (pid plus start time: a recycled pid is never killed).
 """
 
 from __future__ import annotations
@@ -17,21 +20,19 @@ import signal
 import socket
 import subprocess
 import time
-from dataclasses import dataclass, field
+
 from pathlib import Path
 
 import psutil
 
 from tony_py import paths
 from tony_py.bridge import jvm
-from tony_py.cluster import definition, jars, secure
+from tony_py.cluster import availability, definition, jars, secure
 from tony_py.cluster.definition import overall_state, read_state, save_state
-from tony_py.cluster.daemons import DaemonState, kill_all
+from tony_py.cluster.daemons import HOST, KIND, ClusterState, DaemonState, kill_all, own_conf_dir
 from tony_py.errors import SetupError
 
-HOST = "127.0.0.1"
 STATE_FILE = definition.STATE_FILE
-KIND = "processes"
 
 # Two NodeManagers; the first advertises 2 GPUs through YARN's GPU plugin (real or stand-in
 # nvidia-smi), the second none.
@@ -39,45 +40,6 @@ NODEMANAGERS = ({"gpus": 2}, {"gpus": 0})
 GPU_MODE_ENV = "TONY_CLUSTER_GPUS"  # "auto" (default): the real nvidia-smi if it works, else the stand-in; "standin"
 # Every daemon on one host: a lost NodeManager is a killed process, noticed in 10 s.
 TIMERS = definition.Timers(nm_expiry_ms=10_000, am_expiry_ms=600_000, rm_connect_max_wait_ms=20_000)
-
-
-@dataclass
-class ClusterState:
-    workdir: str
-    hadoop_version: str
-    conf_dir: str
-    lib_dir: str
-    ports: dict[str, int]
-    nodemanagers: list[dict]
-    daemons: list[DaemonState] = field(default_factory=list)
-    up_seconds: float | None = None
-    kind: str = KIND
-    # A secure cluster (up --secure): {"krb5_conf", "keytabs": {"services"|user: path},
-    # "lifetimes": {...}}; None on an insecure one.
-    kerberos: dict | None = None
-
-    @property
-    def rm_web(self) -> str:
-        return f"http://{HOST}:{self.ports['rm_web_port']}"
-
-    @property
-    def nn_web(self) -> str:
-        return f"http://{HOST}:{self.ports['nn_http_port']}"
-
-    @property
-    def default_fs(self) -> str:
-        return f"hdfs://{HOST}:{self.ports['nn_rpc_port']}"
-
-    def to_json(self) -> dict:
-        data = dict(self.__dict__)
-        data["daemons"] = [d.__dict__ for d in self.daemons]
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict) -> "ClusterState":
-        data = dict(data)
-        data["daemons"] = [DaemonState(**d) for d in data.get("daemons", [])]
-        return cls(**data)
 
 
 def _free_ports(count: int) -> list[int]:
@@ -136,6 +98,7 @@ class LocalCluster:
             },
             "up_seconds": state.up_seconds,
             "secure": state.kerberos is not None,
+            **availability.ha_status(state.rm_webs, state.ha),
         }
         if state.kerberos:
             info.update(secure.status(state.kerberos))
@@ -157,16 +120,25 @@ class LocalCluster:
         return out
 
     # ---- up ----------------------------------------------------------------------------
-    def up(self, timeout: float = 180.0, kerberos: bool = False) -> tuple[ClusterState, bool]:
-        """Start the cluster (with kerberos: a secure one, its own KDC included). Returns
-        (state, started); started is False if it was running."""
+    def up(self, timeout: float = 180.0, kerberos: bool = False, ha: bool = False,
+           recovery: bool = True) -> tuple[ClusterState, bool]:
+        """Start the cluster (with kerberos: a secure one, its own KDC included; with ha: two
+        ResourceManagers and a ZooKeeper; without recovery: RMs and NodeManagers that forget
+        running jobs when restarted, a benchmark's baseline). Returns (state, started); started
+        is False if it was running."""
+        if kerberos and ha:
+            raise SetupError("--ha and --secure together are not supported yet: choose one")
+        if ha and not recovery:
+            raise SetupError("an HA pair needs recovery: the standby takes over from the shared state")
         existing = self.load_state()
         if existing is not None:
             alive = [d for d in existing.daemons if d.process() is not None]
             if alive and len(alive) == len(existing.daemons):
-                if bool(existing.kerberos) != kerberos:
-                    raise SetupError(f"the cluster in {self.workdir} is running {'with' if existing.kerberos else 'without'} "
-                                     "Kerberos; run `tony cluster down` first, or give another --workdir")
+                for wanted, has, what in ((kerberos, bool(existing.kerberos), "Kerberos"),
+                                          (ha, bool(existing.ha), "two ResourceManagers (--ha)")):
+                    if wanted != has:
+                        raise SetupError(f"the cluster in {self.workdir} is running {'with' if has else 'without'} "
+                                         f"{what}; run `tony cluster down` first, or give another --workdir")
                 return existing, False
             if alive:
                 names = ", ".join(sorted(set(d.name for d in existing.daemons) - set(a.name for a in alive)))
@@ -179,7 +151,7 @@ class LocalCluster:
         lib = jars.ensure_hadoop_jars(version)
         if kerberos:
             secure.kerberos_tools()  # before anything starts: say what to install
-        state = self._configure(version, lib, kerberos)
+        state = self._configure(version, lib, kerberos, ha, recovery)
         self._save_state(state)
         try:
             self._start_daemons(state)
@@ -194,16 +166,26 @@ class LocalCluster:
         self._save_state(state)
         return state, True
 
-    def _configure(self, version: str, lib: Path, kerberos: bool = False) -> ClusterState:
+    def _configure(self, version: str, lib: Path, kerberos: bool = False, ha: bool = False,
+                   recovery: bool = True) -> ClusterState:
         data = self.workdir / "data"
         conf = self.workdir / "conf"
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
         data.mkdir(parents=True, exist_ok=True)
+        availability.forget_running_state(data)
+        (data / "resourcemanager").mkdir(exist_ok=True)
         # One call: ports released by an earlier call could be handed out again.
-        per_nm = len(definition.NM_PORT_NAMES)
-        free = _free_ports(len(definition.PORT_NAMES) + per_nm * len(NODEMANAGERS))
+        per_nm, per_rm = len(definition.NM_PORT_NAMES), len(availability.RM_ADDRESS_KEYS)
+        extra = 1 + per_rm if ha else 0  # ZooKeeper, the second RM
+        free = _free_ports(len(definition.PORT_NAMES) + per_nm * len(NODEMANAGERS) + extra)
         ports = dict(zip(definition.PORT_NAMES, free))
-        nm_ports = free[len(definition.PORT_NAMES):]
+        nm_ports = free[len(definition.PORT_NAMES):len(free) - extra]
+        ha_plan = None
+        if ha:
+            zk_port, rm2 = free[-extra], free[-extra + 1:]
+            rms = [{"id": "rm1", "host": HOST, **{k: ports[k] for k in availability.RM_ADDRESS_KEYS}},
+                   {"id": "rm2", "host": HOST, **dict(zip(availability.RM_ADDRESS_KEYS, rm2))}]
+            ha_plan = {"zookeeper": f"{HOST}:{zk_port}", "zk_port": zk_port, "rms": rms}
         discovery, standin = self._gpu_discovery()
         nms = []
         for i, nm in enumerate(NODEMANAGERS, start=1):
@@ -220,7 +202,10 @@ class LocalCluster:
             "lib_dir": str(lib),
             "nm_memory_mb": definition.NM_MEMORY_MB,
             "nm_vcores": definition.NM_VCORES,
-            "nodemanager_properties": "",
+            "daemon_properties": "",
+            "resourcemanager_properties": availability.resourcemanager_properties(
+                str(data), ha_plan and ha_plan["rms"], ha_plan and ha_plan["zookeeper"], recovery),
+            "nm_recovery": str(recovery).lower(),
             **TIMERS.values(),
             **ports,
         }
@@ -229,8 +214,13 @@ class LocalCluster:
         definition.write_conf_dir(conf, values)
         for nm in nms:
             definition.write_nodemanager_conf(self.workdir / f"conf-nm{nm['index']}", values, nm)
+        if ha_plan:
+            for rm in ha_plan["rms"]:
+                availability.write_resourcemanager_conf(self.workdir / f"conf-{rm['id']}", values, rm)
+            availability.write_zookeeper_conf(self.workdir / "conf-zookeeper", HOST, ha_plan["zk_port"],
+                                            str(data / "zookeeper"))
         return ClusterState(workdir=str(self.workdir), hadoop_version=version, conf_dir=str(conf),
-                            lib_dir=str(lib), ports=ports, nodemanagers=nms, kerberos=krb)
+                            lib_dir=str(lib), ports=ports, nodemanagers=nms, kerberos=krb, ha=ha_plan)
 
     def _gpu_discovery(self) -> tuple[str, bool]:
         """The nvidia-smi YARN's GPU plugin runs on the GPU NodeManager: this machine's own when
@@ -287,9 +277,11 @@ class LocalCluster:
             return
         daemon = definition.daemon_kind(name)
         nm = next((n for n in state.nodemanagers if f"nodemanager{n['index']}" == name), None)
-        conf_dir = str(Path(state.workdir) / f"conf-nm{nm['index']}") if nm else state.conf_dir
-        self._start_process(state, name, self._java_cmd(state, daemon, conf_dir, f"{name}.log"),
-                            self._daemon_env(state, conf_dir, _standin_dir(nm) if nm else None))
+        conf_dir = own_conf_dir(state, name, nm)
+        cmd = self._java_cmd(state, daemon, conf_dir, f"{name}.log")
+        if daemon == "zookeeper":
+            cmd.append(str(Path(conf_dir) / "zoo.cfg"))
+        self._start_process(state, name, cmd, self._daemon_env(state, conf_dir, _standin_dir(nm) if nm else None))
 
     def _start_process(self, state: ClusterState, name: str, cmd: list[str], env: dict[str, str]) -> None:
         log = Path(state.workdir) / "logs" / f"{name}.log"
@@ -314,7 +306,9 @@ class LocalCluster:
         if state.kerberos:
             self._start_kdc(state)
         self._format_namenode(state)
-        for name in ("namenode", "datanode", "resourcemanager"):
+        if state.ha:
+            self._start_zookeeper(state)
+        for name in ("namenode", "datanode", *state.resourcemanagers):
             self._spawn(state, name)
         for nm in state.nodemanagers:
             self._spawn(state, f"nodemanager{nm['index']}")
@@ -325,8 +319,20 @@ class LocalCluster:
         kdc = next(d for d in state.daemons if d.name == "kdc")
         secure.finish_kdc_start(state.kerberos, Path(kdc.log), lambda: kdc.process() is not None)
 
+    def _start_zookeeper(self, state: ClusterState) -> None:
+        """ZooKeeper first: an HA RM's elector and state store connect to it as they start."""
+        self._spawn(state, "zookeeper")
+        zk = next(d for d in state.daemons if d.name == "zookeeper")
+        deadline = time.monotonic() + 60
+        while not availability.zookeeper_ready(HOST, state.ha["zk_port"]):
+            if zk.process() is None or time.monotonic() > deadline:
+                raise SetupError(f"ZooKeeper did not start; see {zk.log}")
+            time.sleep(0.1)
+
     def _wait_ready(self, state: ClusterState, deadline: float) -> None:
-        definition.wait_ready(lambda: [d.name for d in state.daemons if d.process() is None], state.rm_web,
+        webs = state.rm_webs
+        rm = (lambda: availability.active_rm_web(webs)) if state.ha else state.rm_web
+        definition.wait_ready(lambda: [d.name for d in state.daemons if d.process() is None], rm,
                               state.nn_web, len(state.nodemanagers), deadline, Path(state.workdir) / "logs")
 
     # ---- one daemon (fault tests) ------------------------------------------------------
