@@ -36,6 +36,10 @@ from tony_py.frameworks.envplan import SpecAnswer
 from tony_py.job.records import Container, FailureKind, TaskState
 from tony_py.job.view import diagnostics, root_cause
 
+# How a NodeManager refuses a container allocated by an RM that has since restarted or failed over
+# (ContainerManagerImpl): the allocation is void, the task is asked for again at no cost.
+PREVIOUS_RM_REFUSAL = "allocated by a previous RM"
+
 
 class ClusterPort(Protocol):
     def request(self, request_id: int, task_type: TaskType, count: int) -> None: ...
@@ -157,8 +161,21 @@ class Coordinator(Job):
     def on_start_failed(self, container_id: str, message: str) -> None:
         with self.lock:
             task = self.task_for_container(container_id)
-            if task is not None and not task.state.finished:
+            if task is None or task.state.finished:
+                return
+            if PREVIOUS_RM_REFUSAL in message:  # the RM restarted or failed over between allocation and start
+                self.recovery.replace(task, f"the NodeManager refused {container_id}, which the ResourceManager "
+                                            "allocated before it restarted or failed over", count_node=False)
+            else:
                 self.recovery.fail(task, FailureKind.LAUNCH, f"the NodeManager could not start the container: {message}")
+
+    def on_rm_back(self, silent_s: float) -> None:
+        """The RM answered after an outage (a restart, a fail-over, a cut) that this attempt rode
+        through; AMRMClient re-registered and re-sent the outstanding requests on the way."""
+        with self.lock:
+            self.events.record(ev.RM_RECONNECTED, f"the ResourceManager answers again after {silent_s:.1f} s without "
+                                                  "an answer (a restart, a fail-over or a network cut): this AM attempt "
+                                                  "and its tasks carried on")
 
     def on_completed(self, container_id: str, exit_status: int, diagnostics: str) -> None:
         with self.lock:

@@ -30,6 +30,7 @@ RESIZE = "RESIZE"  # the gang goes on smaller (tony.<type>.min-instances) or ask
 PREEMPTION = "PREEMPTION"  # YARN will take a container back: its task was told (SIGTERM) and given the deadline
 RESTART_DECIDED = "RESTART_DECIDED"
 AM_FAILOVER = "AM_FAILOVER"
+RM_RECONNECTED = "RM_RECONNECTED"  # the RM answered again after an outage this attempt rode through
 NODE_BLACKLISTED = "NODE_BLACKLISTED"
 TB_REGISTERED = "TB_REGISTERED"
 VERDICT = "VERDICT"

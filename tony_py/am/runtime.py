@@ -55,6 +55,8 @@ def dispatch(coordinator: Coordinator, event: dict) -> None:
         coordinator.on_start_failed(event["container_id"], event.get("message", ""))
     elif kind == "completed":
         coordinator.on_completed(event["container_id"], int(event["exit_status"]), event.get("diagnostics") or "")
+    elif kind == "rm_back":
+        coordinator.on_rm_back(int(event.get("silent_ms") or 0) / 1000)
     elif kind == "nodes_updated":
         coordinator.on_nodes_updated(event.get("nodes") or [])
     elif kind == "shutdown_request":

@@ -80,6 +80,9 @@ public final class AmBridge {
   private volatile boolean unregistered;
   /** When the RM last answered this attempt (System.nanoTime): its lease on the application. */
   private volatile long rmAnsweredNanos = System.nanoTime();
+  private volatile int heartbeatMs = 1000;
+  /** The shortest silence of the RM that is told as an outage (rm_back). */
+  static final long RM_OUTAGE_MIN_MS = 3000;
 
   public AmBridge() throws IOException {
     String cid = System.getenv(ApplicationConstants.Environment.CONTAINER_ID.name());
@@ -140,6 +143,8 @@ public final class AmBridge {
     this.secretAlias = secretAlias;
     this.appSecret = appSecret;
     taskTokens = taskTokens(secretAlias, appSecret);
+    this.heartbeatMs = heartbeatMs;
+    rideThroughRmOutages();
     amrm = AMRMClientAsync.createAMRMClientAsync(new RmLeaseClient(), heartbeatMs, new RmHandler());
     amrm.init(conf);
     amrm.start();
@@ -423,12 +428,38 @@ public final class AmBridge {
     return conf.getLong(YarnConfiguration.RM_AM_EXPIRY_INTERVAL_MS, YarnConfiguration.DEFAULT_RM_AM_EXPIRY_INTERVAL_MS);
   }
 
-  /** AMRMClient that notes every allocate call the RM answered (AMRMClientAsync's heartbeat). */
+  /**
+   * An RM restart or fail-over must not end this attempt: the RM recovers it and AMRMClient
+   * re-registers by itself. AMRMClientAsync gives up (onError, then no more heartbeats) once its
+   * RM proxy stops retrying, after yarn.resourcemanager.connect.max-wait.ms, which clusters
+   * often set short for their clients; the AM retries at least as long as the RM itself would
+   * keep the attempt (its AM expiry): past that, the RM has ended it anyway.
+   */
+  private void rideThroughRmOutages() {
+    long expiry = amExpiryMs();
+    if (conf.getLong(YarnConfiguration.RESOURCEMANAGER_CONNECT_MAX_WAIT_MS,
+            YarnConfiguration.DEFAULT_RESOURCEMANAGER_CONNECT_MAX_WAIT_MS) < expiry) {
+      conf.setLong(YarnConfiguration.RESOURCEMANAGER_CONNECT_MAX_WAIT_MS, expiry);
+    }
+  }
+
+  /**
+   * AMRMClient that notes every allocate call the RM answered (AMRMClientAsync's heartbeat), and
+   * an answer after a silence of several heartbeats: an RM outage this attempt rode through (a
+   * restart or fail-over, when AMRMClient re-registered on the way), with its length.
+   */
   private final class RmLeaseClient extends AMRMClientImpl<ContainerRequest> {
     @Override
     public AllocateResponse allocate(float progressIndicator) throws YarnException, IOException {
       AllocateResponse response = super.allocate(progressIndicator);
-      rmAnsweredNanos = System.nanoTime();
+      long now = System.nanoTime();
+      long silentMs = TimeUnit.NANOSECONDS.toMillis(now - rmAnsweredNanos);
+      rmAnsweredNanos = now;
+      if (silentMs > Math.max(RM_OUTAGE_MIN_MS, 5L * heartbeatMs)) {
+        Map<String, Object> body = new LinkedHashMap<>();
+        body.put("silent_ms", silentMs);
+        emit("rm_back", body);
+      }
       return response;
     }
   }
