@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from tony_py.auth import AuthError, Signer, call_json, client_principal
+from tony_py.bridge.gateway import BridgeError
 from tony_py.bridge.interrupts import guard
 from tony_py.errors import TonyError
 
@@ -18,6 +19,10 @@ FINAL_STATES = ("FINISHED", "FAILED", "KILLED")
 WAITING_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED")
 KILL_WAIT_S = 20.0  # how long a killed application may take to end before its files are removed
 STATUS_TIMEOUT_S = 2.0
+
+
+class ApplicationGone(TonyError):
+    """The ResourceManager answers but no longer knows the application (exit 1: its end is unknown)."""
 
 
 @dataclass(frozen=True)
@@ -101,17 +106,33 @@ class Job:
 
     # ---- sources ---------------------------------------------------------------------------------
     def refresh(self) -> dict:
-        """Read YARN's report and, while the AM runs, its task table; returns the report."""
-        self.report = self.gw.json("read the application report", self.gw.bridge.report, self.app_id)
-        url = self.report.get("original_tracking_url") or ""
-        if self.report.get("state") == "RUNNING" and url.startswith("http") and self._signer is not None:
-            try:
-                code, status = call_json(self._signer, url, "GET", "/status.json", None, timeout=STATUS_TIMEOUT_S)
-                if code == 200 and isinstance(status, dict):
-                    self.am_status = status
-            except (OSError, AuthError, ValueError):
-                pass  # the AM is starting or has just gone; YARN's report still counts
+        """Read YARN's report and, while the AM runs, its task table; returns the report. Raises
+        BridgeError while no ResourceManager answers (the caller decides what that means); the
+        AM's table is read anyway then, from the address YARN last gave."""
+        try:
+            report = self.gw.json("read the application report", self.gw.bridge.report, self.app_id)
+        except BridgeError as exc:
+            if "ApplicationNotFoundException" in str(exc):  # an RM answered: it has no such application
+                raise ApplicationGone(f"YARN no longer knows {self.app_id} (a ResourceManager restarted or failed over "
+                                      "without recovery forgets its applications): how it ended is unknown") from None
+            if self.report.get("state") == "RUNNING":
+                self._read_am_status()
+            raise
+        self.report = report
+        if self.report.get("state") == "RUNNING":
+            self._read_am_status()
         return self.report
+
+    def _read_am_status(self) -> None:
+        url = self.report.get("original_tracking_url") or ""
+        if not url.startswith("http") or self._signer is None:
+            return
+        try:
+            code, status = call_json(self._signer, url, "GET", "/status.json", None, timeout=STATUS_TIMEOUT_S)
+            if code == 200 and isinstance(status, dict):
+                self.am_status = status
+        except (OSError, AuthError, ValueError):
+            pass  # the AM is starting or has just gone; YARN's report still counts
 
     def status(self) -> JobStatus:
         self.refresh()
@@ -125,12 +146,19 @@ class Job:
     def wait(self, timeout: float | None = None, poll_s: float = 1.0) -> str:
         """Until YARN says the application ended; its final status (SUCCEEDED, FAILED, KILLED)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.refresh().get("state") not in FINAL_STATES:
+        while self._refresh_through_outages().get("state") not in FINAL_STATES:
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"{self.app_id} still {self.report.get('state')} after {timeout} s")
             time.sleep(poll_s)
         self.cleanup()
         return self.report.get("final_status", "UNDEFINED")
+
+    def _refresh_through_outages(self) -> dict:
+        """refresh(), with a ResourceManager that does not answer meaning "not ended yet"."""
+        try:
+            return self.refresh()
+        except BridgeError:
+            return self.report
 
     def request_kill(self, reason: str) -> None:
         """Ask YARN to kill the application and return at once (follow it to its end)."""
@@ -138,19 +166,21 @@ class Job:
 
     def kill(self, reason: str = "killed by the TonY-py client") -> None:
         """Kill the application, wait until YARN has ended it (its AM may still write to the
-        staging dir while it dies), then remove the staging dir. Nothing interrupts it."""
+        staging dir while it dies), then remove the staging dir. Nothing interrupts it. Raises
+        BridgeError, with the staging dir left alone, when no ResourceManager took the kill or
+        said the application ended: what YARN has not ended keeps its files."""
         with guard.cleanup():
-            try:
-                self.gw.call("kill the application", self.gw.bridge.kill, self.app_id, reason)
-                deadline = time.monotonic() + KILL_WAIT_S
-                while time.monotonic() < deadline and self.refresh().get("state") not in FINAL_STATES:
-                    time.sleep(0.2)
-            finally:
-                self.cleanup()
+            self.gw.call("kill the application", self.gw.bridge.kill, self.app_id, reason)
+            deadline = time.monotonic() + KILL_WAIT_S
+            while self.refresh().get("state") not in FINAL_STATES:
+                if time.monotonic() > deadline:
+                    return  # killed but not ended yet: its AM removes the staging dir as it ends
+                time.sleep(0.2)
+            self.cleanup()
 
     def cleanup(self) -> None:
         """Remove the application's staging dir (once it has ended; the AM removes it too)."""
-        if self.staging_dir:
+        if self.staging_dir and self.report.get("state") in FINAL_STATES:
             try:
                 self.gw.call("delete the staging dir", self.gw.fs.delete, self.staging_dir, True)
             except TonyError:

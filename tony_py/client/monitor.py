@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -24,10 +25,12 @@ from rich.text import Text
 from tony_py.advice.model import Finding
 from tony_py.advice.report import top_line
 from tony_py.auth import RAY_TOKEN_PURPOSE, derived_token
+from tony_py.bridge.gateway import BridgeError
 from tony_py.client.job import FINAL_STATES, WAITING_STATES, Job
 from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK
 from tony_py.paths import cache_dir, private_dir
 
+RM_SLOW_S = 5.0  # a report call without an answer this long: the ResourceManager counts as unreachable
 MAX_ROWS = 40  # beyond this many tasks, one row (and no plain line) per job type
 PLAIN_EVERY_S = 5.0
 _STATE_STYLE = {"SUCCEEDED": "green", "RUNNING": "cyan", "FAILED": "red", "STOPPED": "yellow", "PENDING": "dim",
@@ -121,6 +124,25 @@ def changed_task_lines(seen: dict[str, list], tasks: list[dict], attempt: bool =
     return lines
 
 
+class _Call:
+    """A blocking call in a daemon thread of its own (one that is still blocked when the client
+    exits does not hold the exit up), its outcome kept for the caller."""
+
+    def __init__(self, fn):
+        self.done = threading.Event()
+        self.error: BaseException | None = None
+
+        def run():
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                self.error = exc
+            finally:
+                self.done.set()
+
+        threading.Thread(target=run, name="yarn-report", daemon=True).start()
+
+
 def write_private(name: str, lines: list[str]) -> Path:
     """The lines in a file only this user can read (TonY-py's private cache): a token for the
     user that must not go into an output that may be a stored log."""
@@ -147,6 +169,10 @@ class Monitor:
         self._attempt = 0
         self._printed: set[str] = set()
         self._last_summary = ("", "", 0.0)
+        self.rm_unreachable_since: float | None = None  # monotonic; None while an RM answers
+        self._rm_answered = self.started  # when an RM last answered
+        self._live: Live | None = None
+        self.seen_running = False  # the application was RUNNING once (its AM started)
 
     @property
     def tty(self) -> bool:
@@ -159,6 +185,7 @@ class Monitor:
     # ---- main loop -----------------------------------------------------------------------------
     def follow(self) -> int:
         live = Live(console=Console(file=self.out), refresh_per_second=4, transient=False) if self.tty else None
+        self._live = live
         # soft wrap: a long line (a URL with a token) stays one line a terminal can copy whole
         say = (lambda text: live.console.print(text, soft_wrap=True, highlight=False, markup=False)) if live \
             else self.say
@@ -166,7 +193,7 @@ class Monitor:
             if live:
                 live.start()
             while True:
-                self.job.refresh()
+                self._refresh(say)
                 self._once(say)
                 if live:
                     live.update(self._view())
@@ -181,9 +208,49 @@ class Monitor:
             self.forget_private_files()  # the job is over: its tokens open nothing any more
         return self._final()
 
+    def _refresh(self, say) -> None:
+        """YARN's report, through outages: while no ResourceManager answers (a restart, a
+        fail-over, a network cut) the job is not over, so the client keeps following it (the
+        AM's table from the address YARN gave last) and says since when the RM is unreachable.
+        Hadoop's client retries a silent RM inside the call for a while (its connect wait and IPC
+        retries, a minute or more), so the call runs beside the view: past RM_SLOW_S without an
+        answer the RM counts as unreachable and the view says so while the call goes on."""
+        call = _Call(self.job.refresh)
+        while not call.done.wait(RM_SLOW_S if self.rm_unreachable_since is None else self.poll_s):
+            self._rm_away(say, f"no answer in {RM_SLOW_S:.0f} s")
+            self._redraw()
+        if isinstance(call.error, BridgeError):
+            self._rm_away(say, str(call.error).splitlines()[0][:200])
+            return
+        if call.error is not None:
+            raise call.error
+        if self.rm_unreachable_since is not None:
+            say(f"the ResourceManager answers again after {time.monotonic() - self.rm_unreachable_since:.0f} s")
+            self.rm_unreachable_since = None
+        self._rm_answered = time.monotonic()
+        if self.job.report.get("state") == "RUNNING":
+            self.seen_running = True
+
+    def _rm_away(self, say, why: str) -> None:
+        if self.rm_unreachable_since is None:
+            self.rm_unreachable_since = self._rm_answered
+            say(f"the ResourceManager does not answer ({why}); following {self.job.app_id} on until it does")
+
+    def _redraw(self) -> None:
+        if self._live is not None:
+            self._live.update(self._view())
+        elif not self.quiet:
+            self._plain()
+
+    def _rm_note(self) -> str:
+        if self.rm_unreachable_since is None:
+            return ""
+        return f" · ResourceManager unreachable for {time.monotonic() - self.rm_unreachable_since:.0f} s"
+
     def _view(self):
         elapsed = time.monotonic() - self.started
-        return Group(Text(f"{self.job.app_id} · {summary(self.job.report, self.job.am_status, elapsed)}"),
+        return Group(Text(f"{self.job.app_id} · {summary(self.job.report, self.job.am_status, elapsed)}"
+                          f"{self._rm_note()}"),
                      task_table(self.job.am_status, time.time()))
 
     def _once(self, say) -> None:
@@ -243,8 +310,11 @@ class Monitor:
         self._private_files.clear()
 
     def _check_startup(self, say) -> None:
-        """TonY's tony.am.startup-timeout: kill an application whose AM never started."""
-        if not self.startup_timeout_ms or self.killed or self.job.report.get("state") not in WAITING_STATES:
+        """TonY's tony.am.startup-timeout: kill an application whose AM never started. Only until
+        it first ran: a recovered application (after an RM restart or fail-over) reads ACCEPTED
+        again until its AM re-registers, and that is no reason to kill a long-running job."""
+        if not self.startup_timeout_ms or self.killed or self.seen_running \
+                or self.job.report.get("state") not in WAITING_STATES:
             return
         if (time.monotonic() - self.started) * 1000 > self.startup_timeout_ms:
             reason = (f"the AM did not start within tony.am.startup-timeout={self.startup_timeout_ms} ms (the "
@@ -259,8 +329,8 @@ class Monitor:
             for line in changed_task_lines(self._seen, tasks):
                 self.say("  " + line)
         now = time.monotonic()
-        text = summary(self.job.report, self.job.am_status, now - self.started)
-        core = text.rsplit(" · ", 1)[0]  # without the clock, which changes every second
+        text = summary(self.job.report, self.job.am_status, now - self.started) + self._rm_note()
+        core = summary(self.job.report, self.job.am_status, 0).rsplit(" · ", 1)[0]  # without the clocks
         job_state = (self.job.am_status or {}).get("state") or self.job.report.get("state", "")
         last_core, last_state, last_at = self._last_summary
         if core != last_core and (job_state != last_state or now - last_at >= PLAIN_EVERY_S):

@@ -23,7 +23,7 @@ from tony_py.bridge import jvm
 from tony_py.bridge.interrupts import guard
 from tony_py import timeline
 from tony_py.client.job import Job
-from tony_py.bridge.gateway import ClientGateway, JvmLaunch
+from tony_py.bridge.gateway import BridgeError, ClientGateway, JvmLaunch
 from tony_py.client.flags import SubmitArgs
 from tony_py.client.prepare import (SRC_LINK, VENV_LINK, PreparedJob, fetch_conf_file, final_conf,
                                     hadoop_overrides, is_remote, prepare, resource_entries)
@@ -110,7 +110,11 @@ class Submission:
                 if self.submitted:
                     reason = "killed by the TonY-py client (Ctrl-C)" if isinstance(exc, KeyboardInterrupt) \
                         else "the TonY-py client failed"
-                    Job(self.gw, self.app_id, None, self.stager.staging_dir).kill(reason)
+                    try:
+                        Job(self.gw, self.app_id, None, self.stager.staging_dir).kill(reason)
+                    except BridgeError as kill_error:  # no RM took it: say so, keep the first error
+                        self.warn(f"could not kill {self.app_id} ({kill_error}); if YARN accepted it, "
+                                  f"`yarn application -kill {self.app_id}` ends it")
                 else:
                     self.stager.cleanup()
             raise

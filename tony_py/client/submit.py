@@ -16,10 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from tony_py.bridge.gateway import JvmLaunch
+from tony_py.bridge.gateway import BridgeError, JvmLaunch
 from tony_py.bridge.interrupts import guard
 from tony_py.client.crash import report_unexpected
 from tony_py.client.flags import parse_args
+from tony_py.client.job import ApplicationGone
 from tony_py.client.monitor import Monitor
 from tony_py.client.prepare import PreparedJob, local_paths, prepare
 from tony_py import paths, timeline
@@ -97,10 +98,19 @@ def run(gw, prepared: PreparedJob, prog: str, out=sys.stdout, door=None) -> int:
         return code
     except KeyboardInterrupt as exc:
         say(f"\ninterrupted ({exc or 'Ctrl-C'}): killing {job.app_id}")
-        job.kill("killed by the TonY-py client (Ctrl-C)")
+        try:
+            job.kill("killed by the TonY-py client (Ctrl-C)")
+        except BridgeError as kill_error:
+            print(f"{prog}: could not kill {job.app_id}: no ResourceManager took the kill ({kill_error}); "
+                  f"it may still run: `yarn application -kill {job.app_id}` ends it", file=sys.stderr)
         raise
+    except ApplicationGone:
+        raise  # nothing left to kill or follow; main() says so
     except BaseException:
-        job.kill("the TonY-py client failed")
+        # The client broke, not the job: YARN has not ended it, so it is neither killed nor
+        # cleaned up (its AM removes the staging dir when it ends).
+        print(f"{prog}: stopped following {job.app_id}, which goes on: `tony logs {job.app_id}` reads it, "
+              f"`yarn application -kill {job.app_id}` ends it", file=sys.stderr)
         raise
 
 
