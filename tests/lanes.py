@@ -3,6 +3,8 @@
 - `multihost`: tests/integration/multihost, on the Docker cluster; one unit of work, so one
   worker runs them all on one cluster.
 - `secure`: tests/integration/secure, on the Kerberos cluster; one unit likewise.
+- `ha`: tests/integration/ha, on the cluster with two ResourceManagers and a ZooKeeper; one unit
+  likewise.
 - `unit`: tests/unit; a unit per module (their module fixtures are built once).
 - `processes`: the rest of tests/integration, on the one-host cluster of whichever worker runs
   them; a test is its own unit of work unless its module shares a fixture between its tests
@@ -19,7 +21,7 @@ import functools
 import re
 from pathlib import Path
 
-LANES = ("multihost", "secure", "unit", "processes")  # the order work is queued in
+LANES = ("multihost", "secure", "ha", "unit", "processes")  # the order work is queued in
 DEFAULT_INTEGRATION_S = 8.0  # about a one-host test's median
 
 # seconds, from the serial fresh-clone run of 2026-11-27 (before the lanes), and test_advice's and
@@ -60,6 +62,8 @@ def lane_of(path: str) -> str:
         return "multihost"
     if "/tests/integration/secure/" in path:
         return "secure"
+    if "/tests/integration/ha/" in path:
+        return "ha"
     return "processes"
 
 
@@ -71,7 +75,7 @@ def work_unit(nodeid: str) -> str:
     """The scheduler's unit of work a test belongs to (a worker runs a unit whole, in order)."""
     module = nodeid.split("::", 1)[0]
     lane = lane_of(module)
-    if lane in ("multihost", "secure"):
+    if lane in ("multihost", "secure", "ha"):
         return lane
     if lane == "unit" or _shares_a_fixture(module):
         return module

@@ -42,6 +42,18 @@ class Cluster:
     workdir: Path | None = None
     nodemanagers: list[dict] = field(default_factory=list)
     launcher: object | None = None  # the DockerCluster, for the multi-host tests
+    rm_webs: list[str] = field(default_factory=list)  # an HA pair's RMs: REST goes to the active one
+
+    def rm(self) -> str:
+        """The web address of the RM that serves REST now: the active one of an HA pair (a standby
+        redirects, a dead one does not answer), else the only one."""
+        for url in self.rm_webs:
+            try:
+                if requests.get(f"{url}/ws/v1/cluster/info", timeout=2).json()["clusterInfo"]["haState"] == "ACTIVE":
+                    return url
+            except (requests.RequestException, ValueError, KeyError):
+                continue
+        return self.rm_web
 
     def env(self, **extra) -> dict[str, str]:
         env = dict(os.environ)
@@ -52,14 +64,14 @@ class Cluster:
 
     # ---- YARN --------------------------------------------------------------------------------
     def apps(self, states: str | None = None) -> list[dict]:
-        url = f"{self.rm_web}/ws/v1/cluster/apps" + (f"?states={states}" if states else "")
+        url = f"{self.rm()}/ws/v1/cluster/apps" + (f"?states={states}" if states else "")
         return ((requests.get(url, timeout=5).json().get("apps") or {}).get("app")) or []
 
     def app(self, app_id: str) -> dict:
-        return requests.get(f"{self.rm_web}/ws/v1/cluster/apps/{app_id}", timeout=5).json()["app"]
+        return requests.get(f"{self.rm()}/ws/v1/cluster/apps/{app_id}", timeout=5).json()["app"]
 
     def nodes(self) -> list[dict]:
-        return requests.get(f"{self.rm_web}/ws/v1/cluster/nodes", timeout=5).json()["nodes"]["node"]
+        return requests.get(f"{self.rm()}/ws/v1/cluster/nodes", timeout=5).json()["nodes"]["node"]
 
     def gpu_node_id(self) -> str:
         for node in self.nodes():
@@ -107,7 +119,7 @@ class Cluster:
                                                                    "user.name": USER}, timeout=10)
 
     def kill_app(self, app_id: str) -> None:
-        requests.put(f"{self.rm_web}/ws/v1/cluster/apps/{app_id}/state", json={"state": "KILLED"},
+        requests.put(f"{self.rm()}/ws/v1/cluster/apps/{app_id}/state", json={"state": "KILLED"},
                      params={"user.name": USER}, timeout=10)
 
     # ---- logs ---------------------------------------------------------------------------------
@@ -270,7 +282,7 @@ def _cluster_id(cluster: Cluster) -> str | None:
     """The ResourceManager's cluster timestamp, which every container id of this cluster carries
     (container_<ts>_…); the last one seen if the RM does not answer now (a fault test)."""
     try:
-        cluster_id = str(requests.get(f"{cluster.rm_web}/ws/v1/cluster/info", timeout=5).json()["clusterInfo"]["id"])
+        cluster_id = str(requests.get(f"{cluster.rm()}/ws/v1/cluster/info", timeout=5).json()["clusterInfo"]["id"])
         _CLUSTER_IDS[cluster.rm_web] = cluster_id
     except (requests.RequestException, ValueError, KeyError):
         pass
