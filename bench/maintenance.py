@@ -11,8 +11,11 @@ jobs/stepper.py, every step signed with the process that took it). Per fault:
                      after N s"; 0 when every read got an answer, however slowly)
   am_attempts        YARN's own count of AM attempts
   restarts           gang restarts, the user's budget and the infrastructure's
+  steps_done         how far the slowest task got (1.0: every task took all its steps)
   survived           one AM attempt, no restart, one process per task, steps 1..N, exit 0
   client_exit        the client's exit code
+  fault_lasted_s     from the strike until the fault was undone: the daemon started again (for
+                     rm_failover only the kill: the other RM takes over by itself)
 
 Faults: rm_failover (the active of an HA pair killed; the other takes over), zookeeper_30s (the
 HA pair's ZooKeeper down 30 s), nm_rolling_restart (every NodeManager killed and started again in
@@ -83,10 +86,17 @@ def measure(launcher: LocalCluster, name: str, fault, out_dir: Path) -> dict:
     job.wait_stepping(10)
     struck = time.time()
     fault(launcher)
+    fault_s = time.time() - struck
     run = job.finish(timeout=600)
+    for daemon in launcher.load_state().daemons:  # the next fault starts from a whole cluster
+        launcher.restart_daemon(daemon.name)
     gaps = [int(g) for g in re.findall(r"the ResourceManager answers again after (\d+) s", run.stdout)]
-    row = {"fault": name, "client_exit": run.rc, "fault_s": round(time.time() - struck, 1),
-           "longest_stall_s": round(longest_stall(job), 2), "client_gap_s": max(gaps, default=0)}
+    last_steps = {}
+    for step in job.steps():
+        last_steps[step["task"]] = max(last_steps.get(step["task"], 0), step["step"])
+    row = {"fault": name, "client_exit": run.rc, "fault_lasted_s": round(fault_s, 1),
+           "longest_stall_s": round(longest_stall(job), 2), "client_gap_s": max(gaps, default=0),
+           "steps_done": round(min(last_steps.values(), default=0) / STEPS, 2)}
     try:
         row["am_attempts"] = am_attempts(cluster, run.app_id)
         history = history_of(cluster, run.app_id)
@@ -95,7 +105,8 @@ def measure(launcher: LocalCluster, name: str, fault, out_dir: Path) -> dict:
         row["am_attempts"] = row["restarts"] = None
         row["note"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     row["survived"] = run.rc == 0 and row["am_attempts"] == 1 and not survival_problems(cluster, job, run)
-    row["client_last_line"] = (run.stdout.strip().splitlines() or run.stderr.strip().splitlines() or [""])[-1][:300]
+    said = (run.stderr if run.rc else run.stdout).strip().splitlines() or [""]
+    row["client_last_line"] = said[-1][:300]
     print(json.dumps(row), file=sys.stderr, flush=True)
     return row
 

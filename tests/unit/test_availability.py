@@ -126,11 +126,10 @@ def test_the_client_follows_through_an_rm_outage_and_kills_nothing(monkeypatch):
     away = BridgeError("read the application report: ConnectException")
     running = {"state": "RUNNING", "final_status": "UNDEFINED", "attempt": 1}
     done = {"state": "FINISHED", "final_status": "SUCCEEDED", "attempt": 1}
-    gw = _Gateway([{"state": "ACCEPTED", "attempt": 1}, running, away, away, {**running, "state": "ACCEPTED"},
-                   running, done])
+    gw = _Gateway([running, away, away, {**running, "state": "ACCEPTED"}, running, done])
     job = Job(gw, "application_1_0001", None, "/staging/application_1_0001")
     out = io.StringIO()
-    monitor = Monitor(job, out=out, poll_s=0.0, startup_timeout_ms=1)
+    monitor = Monitor(job, out=out, poll_s=0.0, startup_timeout_ms=1)  # long over when ACCEPTED comes back
     assert monitor.follow() == 0
     text = out.getvalue()
     assert "the ResourceManager does not answer" in text and "the ResourceManager answers again after" in text
@@ -151,3 +150,54 @@ def test_a_kill_no_rm_took_leaves_the_staging_dir():
     else:
         raise AssertionError("a kill no RM took must say so")
     assert gw.deleted == []
+
+
+def test_a_report_call_that_hangs_is_an_outage_the_view_tells_while_it_lasts(monkeypatch):
+    import threading
+
+    from tony_py.client import monitor as monitor_module
+
+    monkeypatch.setattr(monitor_module, "RM_SLOW_S", 0.05)
+    release = threading.Event()
+    running = {"state": "RUNNING", "final_status": "UNDEFINED", "attempt": 1}
+
+    class Hanging(_Gateway):
+        def json(self, what, fn, *args):
+            if len(self.answers) == 2:  # the second call hangs until released
+                release.wait(10)
+            return super().json(what, fn, *args)
+
+    gw = Hanging([running, running, {"state": "FINISHED", "final_status": "SUCCEEDED", "attempt": 1}])
+    out = io.StringIO()
+    monitor = Monitor(Job(gw, "application_1_0003", None, None), out=out, poll_s=0.0)
+    threading.Timer(0.5, release.set).start()
+    assert monitor.follow() == 0
+    assert "the ResourceManager does not answer (no answer in 0 s)" in out.getvalue()
+    assert monitor._rm_note() == ""  # (the live view's "ResourceManager unreachable for N s" is gone again)
+    assert "answers again" in out.getvalue()
+
+
+def test_an_rm_that_does_not_know_the_application_ends_the_following_and_its_files():
+    import pytest
+
+    from tony_py.client.job import ApplicationGone
+
+    gone = BridgeError("read the application report: ApplicationNotFoundException: Application with id "
+                       "'application_1_0004' doesn't exist in RM.")
+    job = Job(_Gateway([gone]), "application_1_0004", None, "/staging/application_1_0004")
+    with pytest.raises(ApplicationGone, match="YARN does not know application_1_0004"):
+        Monitor(job, out=io.StringIO(), poll_s=0.0).follow()
+    # a kill of an application YARN does not know (a submit it refused) removes what was staged
+    job = Job(_Gateway([BridgeError("kill the application: ApplicationNotFoundException: …")]), "application_1_0005",
+              None, "/staging/application_1_0005")
+    job.kill("Ctrl-C")
+    assert job.gw.deleted == ["/staging/application_1_0005"]
+
+
+def test_an_error_that_is_not_an_outage_is_not_followed_forever():
+    import pytest
+
+    denied = BridgeError("read the application report: AccessControlException: User bob cannot view application_1_6")
+    job = Job(_Gateway([denied]), "application_1_0006", None, None)
+    with pytest.raises(BridgeError, match="AccessControlException"):
+        Monitor(job, out=io.StringIO(), poll_s=0.0).follow()

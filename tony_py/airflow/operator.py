@@ -20,7 +20,7 @@ from tony_py.airflow.follow import rm_app
 from tony_py.airflow.rules import (SUBMIT_ARGS, FollowState, Verdict, check_arguments, job_verdict, rm_urls,
                                    submit_verdict, task_lines)
 from tony_py.airflow.trigger import RM_UNREACHABLE_S, TonyTrigger
-from tony_py.client.job import FINAL_STATES
+from tony_py.client.job import FINAL_STATES, ApplicationGone
 from tony_py.errors import TonyError
 
 _DEFAULTS = {"local": False}
@@ -104,6 +104,8 @@ class TonyOperator(BaseOperator):
             try:
                 report = job.refresh()
                 failing_since = None
+            except ApplicationGone as exc:  # YARN answered that it has no such application: nothing to wait for
+                self._fail(Verdict(False, True, 1, str(exc)), "")
             except TonyError as exc:  # YARN did not answer: the infrastructure's, for a while
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > RM_UNREACHABLE_S:

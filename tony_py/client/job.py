@@ -22,7 +22,26 @@ STATUS_TIMEOUT_S = 2.0
 
 
 class ApplicationGone(TonyError):
-    """The ResourceManager answers but no longer knows the application (exit 1: its end is unknown)."""
+    """The ResourceManager answers but does not know the application (exit 1: its end is unknown)."""
+
+
+class RmUnreachable(BridgeError):
+    """No ResourceManager answered the call (down, failing over, cut off): not the job's end."""
+
+
+# How Hadoop's client says it reached no RM (after its own retries); anything else a call raises
+# (an expired ticket, a refused permission, a dead client JVM) is not an outage.
+_OUTAGE_MARKERS = ("ConnectException", "EOFException", "SocketTimeoutException", "SocketException",
+                   "NoRouteToHostException", "StandbyException", "RetriableException", "ConnectTimeoutException",
+                   "Connection refused", "Failed on local exception")
+
+
+def unreachable(exc: BaseException) -> bool:
+    return isinstance(exc, RmUnreachable) or any(marker in str(exc) for marker in _OUTAGE_MARKERS)
+
+
+def not_found(exc: BaseException) -> bool:
+    return "ApplicationNotFoundException" in str(exc)
 
 
 @dataclass(frozen=True)
@@ -107,21 +126,25 @@ class Job:
     # ---- sources ---------------------------------------------------------------------------------
     def refresh(self) -> dict:
         """Read YARN's report and, while the AM runs, its task table; returns the report. Raises
-        BridgeError while no ResourceManager answers (the caller decides what that means); the
-        AM's table is read anyway then, from the address YARN last gave."""
+        RmUnreachable while no ResourceManager answers (the caller decides what that means; the
+        AM's table is read anyway then, from the address YARN last gave), ApplicationGone when
+        one answers that it has no such application, BridgeError for anything else."""
         try:
             report = self.gw.json("read the application report", self.gw.bridge.report, self.app_id)
         except BridgeError as exc:
-            if "ApplicationNotFoundException" in str(exc):  # an RM answered: it has no such application
-                raise ApplicationGone(f"YARN no longer knows {self.app_id} (a ResourceManager restarted or failed over "
-                                      "without recovery forgets its applications): how it ended is unknown") from None
+            if not_found(exc):
+                raise ApplicationGone(f"YARN does not know {self.app_id}: a ResourceManager that restarted or failed over "
+                                      "without recovery forgets its applications (as one does long after they ended); "
+                                      "how it ended is unknown") from None
+            if not unreachable(exc):
+                raise
             if self.report.get("state") == "RUNNING":
                 self._read_am_status()
-            raise
+            raise RmUnreachable(str(exc)) from None
         self.report = report
         if self.report.get("state") == "RUNNING":
             self._read_am_status()
-        return self.report
+        return report
 
     def _read_am_status(self) -> None:
         url = self.report.get("original_tracking_url") or ""
@@ -157,7 +180,7 @@ class Job:
         """refresh(), with a ResourceManager that does not answer meaning "not ended yet"."""
         try:
             return self.refresh()
-        except BridgeError:
+        except RmUnreachable:
             return self.report
 
     def request_kill(self, reason: str) -> None:
@@ -165,22 +188,36 @@ class Job:
         self.gw.call("kill the application", self.gw.bridge.kill, self.app_id, reason)
 
     def kill(self, reason: str = "killed by the TonY-py client") -> None:
-        """Kill the application, wait until YARN has ended it (its AM may still write to the
-        staging dir while it dies), then remove the staging dir. Nothing interrupts it. Raises
-        BridgeError, with the staging dir left alone, when no ResourceManager took the kill or
-        said the application ended: what YARN has not ended keeps its files."""
+        """Kill the application, wait (up to KILL_WAIT_S) until YARN reports it ended, since its
+        AM may still write to the staging dir while it dies, then remove the staging dir. Nothing
+        interrupts it. An application YARN does not know is not there to kill: its staging dir
+        goes. Raises BridgeError, the staging dir left alone, when no ResourceManager took the
+        kill: what YARN has not ended keeps its files."""
         with guard.cleanup():
-            self.gw.call("kill the application", self.gw.bridge.kill, self.app_id, reason)
-            deadline = time.monotonic() + KILL_WAIT_S
-            while self.refresh().get("state") not in FINAL_STATES:
-                if time.monotonic() > deadline:
-                    return  # killed but not ended yet: its AM removes the staging dir as it ends
-                time.sleep(0.2)
-            self.cleanup()
+            try:
+                self.gw.call("kill the application", self.gw.bridge.kill, self.app_id, reason)
+            except BridgeError as exc:
+                if not not_found(exc):
+                    raise
+            else:
+                deadline = time.monotonic() + KILL_WAIT_S
+                while time.monotonic() < deadline:
+                    try:
+                        if self.refresh().get("state") in FINAL_STATES:
+                            break
+                    except (BridgeError, ApplicationGone):
+                        pass  # YARN took the kill; its report is late
+                    time.sleep(0.2)
+            self.remove_staging_dir()
 
     def cleanup(self) -> None:
-        """Remove the application's staging dir (once it has ended; the AM removes it too)."""
-        if self.staging_dir and self.report.get("state") in FINAL_STATES:
+        """Remove the application's staging dir once YARN reports it ended (the AM removes it too)."""
+        if self.report.get("state") in FINAL_STATES:
+            self.remove_staging_dir()
+
+    def remove_staging_dir(self) -> None:
+        """For callers that know the application is over (killed, or unknown to YARN)."""
+        if self.staging_dir:
             try:
                 self.gw.call("delete the staging dir", self.gw.fs.delete, self.staging_dir, True)
             except TonyError:

@@ -26,7 +26,7 @@ from tony_py.advice.model import Finding
 from tony_py.advice.report import top_line
 from tony_py.auth import RAY_TOKEN_PURPOSE, derived_token
 from tony_py.bridge.gateway import BridgeError
-from tony_py.client.job import FINAL_STATES, WAITING_STATES, Job
+from tony_py.client.job import FINAL_STATES, WAITING_STATES, Job, RmUnreachable
 from tony_py.errors import EXIT_JOB_FAILED, EXIT_OK
 from tony_py.paths import cache_dir, private_dir
 
@@ -219,7 +219,7 @@ class Monitor:
         while not call.done.wait(RM_SLOW_S if self.rm_unreachable_since is None else self.poll_s):
             self._rm_away(say, f"no answer in {RM_SLOW_S:.0f} s")
             self._redraw()
-        if isinstance(call.error, BridgeError):
+        if isinstance(call.error, RmUnreachable):
             self._rm_away(say, str(call.error).splitlines()[0][:200])
             return
         if call.error is not None:
@@ -313,15 +313,18 @@ class Monitor:
         """TonY's tony.am.startup-timeout: kill an application whose AM never started. Only until
         it first ran: a recovered application (after an RM restart or fail-over) reads ACCEPTED
         again until its AM re-registers, and that is no reason to kill a long-running job."""
-        if not self.startup_timeout_ms or self.killed or self.seen_running \
+        if not self.startup_timeout_ms or self.killed or self.seen_running or self.rm_unreachable_since is not None \
                 or self.job.report.get("state") not in WAITING_STATES:
-            return
+            return  # (while no RM answers, the last report is stale: no kill on it)
         if (time.monotonic() - self.started) * 1000 > self.startup_timeout_ms:
             reason = (f"the AM did not start within tony.am.startup-timeout={self.startup_timeout_ms} ms (the "
                       f"application stayed {self.job.report.get('state')}: the queue or the cluster has no room for it)")
             say(f"killing {self.job.app_id}: {reason}")
-            self.job.request_kill(reason)
-            self.killed = True
+            try:
+                self.job.request_kill(reason)
+                self.killed = True
+            except BridgeError as exc:  # asked again at the next poll
+                say(f"the kill did not reach YARN ({str(exc).splitlines()[0][:200]})")
 
     def _plain(self) -> None:
         tasks = (self.job.am_status or {}).get("tasks") or []

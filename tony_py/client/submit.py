@@ -105,7 +105,9 @@ def run(gw, prepared: PreparedJob, prog: str, out=sys.stdout, door=None) -> int:
                   f"it may still run: `yarn application -kill {job.app_id}` ends it", file=sys.stderr)
         raise
     except ApplicationGone:
-        raise  # nothing left to kill or follow; main() says so
+        with guard.cleanup():
+            job.remove_staging_dir()  # YARN has no such application: nothing will read its files
+        raise  # main() says so
     except BaseException:
         # The client broke, not the job: YARN has not ended it, so it is neither killed nor
         # cleaned up (its AM removes the staging dir when it ends).

@@ -4,6 +4,7 @@ recorded pid still is, and stopping several at once; and the process cluster's r
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,3 +108,23 @@ def own_conf_dir(state: ClusterState, name: str, nm: dict | None) -> str:
     if name == "zookeeper":
         return str(Path(state.workdir) / "conf-zookeeper")
     return state.conf_dir
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free right now on HOST. Sockets stay open until all are chosen so no two match."""
+    socks, ports = [], []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind((HOST, 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+def standin_dir(nm: dict) -> str | None:
+    """The stand-in nvidia-smi's directory, for the NodeManager that discovers with it."""
+    return str(Path(nm["gpu_discovery"]).parent) if nm.get("gpu_standin") else None

@@ -191,6 +191,18 @@ def yarn_ready(rm_web: str, want: int) -> tuple[bool, str]:
     return False, f"YARN: {len(running)}/{want} NodeManagers RUNNING"
 
 
+def wait_answering(url: str, deadline: float, what: str) -> None:
+    """Until a daemon's own web endpoint answers 200."""
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(url, timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.25)
+    raise SetupError(f"{what} did not answer at {url} in time")
+
+
 def wait_ready(dead: Callable[[], list[str]], rm_web: str | Callable[[], str | None], nn_web: str, nodemanagers: int,
                deadline: float, logs: Path) -> None:
     """Until HDFS and YARN answer ready; fails at once if a daemon died (dead() names them).

@@ -12,12 +12,12 @@ Config and JVM command lines come from definition.py, the same as the Docker lau
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 
@@ -29,7 +29,8 @@ from tony_py import paths
 from tony_py.bridge import jvm
 from tony_py.cluster import availability, definition, jars, secure
 from tony_py.cluster.definition import overall_state, read_state, save_state
-from tony_py.cluster.daemons import HOST, KIND, ClusterState, DaemonState, kill_all, own_conf_dir
+from tony_py.cluster.daemons import (HOST, KIND, ClusterState, DaemonState, free_ports, kill_all, own_conf_dir,
+                                     standin_dir)
 from tony_py.errors import SetupError
 
 STATE_FILE = definition.STATE_FILE
@@ -40,26 +41,9 @@ NODEMANAGERS = ({"gpus": 2}, {"gpus": 0})
 GPU_MODE_ENV = "TONY_CLUSTER_GPUS"  # "auto" (default): the real nvidia-smi if it works, else the stand-in; "standin"
 # Every daemon on one host: a lost NodeManager is a killed process, noticed in 10 s.
 TIMERS = definition.Timers(nm_expiry_ms=10_000, am_expiry_ms=600_000, rm_connect_max_wait_ms=20_000)
-
-
-def _free_ports(count: int) -> list[int]:
-    """Ports free right now on HOST. Sockets stay open until all are chosen so no two match."""
-    socks, ports = [], []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind((HOST, 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
-
-def _standin_dir(nm: dict) -> str | None:
-    """The stand-in nvidia-smi's directory, for the NodeManager that discovers with it."""
-    return str(Path(nm["gpu_discovery"]).parent) if nm.get("gpu_standin") else None
+# An HA cluster is for maintenance: a NodeManager restarted on a loaded machine (a JVM start and its
+# recovery) must be back before YARN calls its node lost (production: 10 min).
+HA_TIMERS = dataclasses.replace(TIMERS, nm_expiry_ms=30_000)
 
 
 class LocalCluster:
@@ -177,7 +161,7 @@ class LocalCluster:
         # One call: ports released by an earlier call could be handed out again.
         per_nm, per_rm = len(definition.NM_PORT_NAMES), len(availability.RM_ADDRESS_KEYS)
         extra = 1 + per_rm if ha else 0  # ZooKeeper, the second RM
-        free = _free_ports(len(definition.PORT_NAMES) + per_nm * len(NODEMANAGERS) + extra)
+        free = free_ports(len(definition.PORT_NAMES) + per_nm * len(NODEMANAGERS) + extra)
         ports = dict(zip(definition.PORT_NAMES, free))
         nm_ports = free[len(definition.PORT_NAMES):len(free) - extra]
         ha_plan = None
@@ -206,7 +190,7 @@ class LocalCluster:
             "resourcemanager_properties": availability.resourcemanager_properties(
                 str(data), ha_plan and ha_plan["rms"], ha_plan and ha_plan["zookeeper"], recovery),
             "nm_recovery": str(recovery).lower(),
-            **TIMERS.values(),
+            **(HA_TIMERS if ha else TIMERS).values(),
             **ports,
         }
         krb, properties = secure.plan(self.workdir, getpass.getuser()) if kerberos else (None, secure.INSECURE)
@@ -281,7 +265,7 @@ class LocalCluster:
         cmd = self._java_cmd(state, daemon, conf_dir, f"{name}.log")
         if daemon == "zookeeper":
             cmd.append(str(Path(conf_dir) / "zoo.cfg"))
-        self._start_process(state, name, cmd, self._daemon_env(state, conf_dir, _standin_dir(nm) if nm else None))
+        self._start_process(state, name, cmd, self._daemon_env(state, conf_dir, standin_dir(nm) if nm else None))
 
     def _start_process(self, state: ClusterState, name: str, cmd: list[str], env: dict[str, str]) -> None:
         log = Path(state.workdir) / "logs" / f"{name}.log"
@@ -329,11 +313,17 @@ class LocalCluster:
                 raise SetupError(f"ZooKeeper did not start; see {zk.log}")
             time.sleep(0.1)
 
-    def _wait_ready(self, state: ClusterState, deadline: float) -> None:
+    def _wait_ready(self, state: ClusterState, deadline: float, only: str | None = None) -> None:
+        """Until the cluster serves (HDFS, an active RM, the NodeManagers RUNNING). With `only` (a
+        daemon just restarted): fails only if that one dies, and counts only the NodeManagers
+        that run, since a test may hold others down meanwhile."""
         webs = state.rm_webs
         rm = (lambda: availability.active_rm_web(webs)) if state.ha else state.rm_web
-        definition.wait_ready(lambda: [d.name for d in state.daemons if d.process() is None], rm,
-                              state.nn_web, len(state.nodemanagers), deadline, Path(state.workdir) / "logs")
+        daemons = [d for d in state.daemons if only is None or d.name == only]
+        nms = len(state.nodemanagers) if only is None else sum(
+            1 for d in state.daemons if d.name.startswith("nodemanager") and d.process() is not None)
+        definition.wait_ready(lambda: [d.name for d in daemons if d.process() is None], rm,
+                              state.nn_web, nms, deadline, Path(state.workdir) / "logs")
 
     # ---- one daemon (fault tests) ------------------------------------------------------
     def kill_daemon(self, name: str) -> int:
@@ -359,7 +349,11 @@ class LocalCluster:
         state.daemons = [d for d in state.daemons if d.name != name]
         self._spawn(state, name)
         self._save_state(state)
-        self._wait_ready(state, deadline=time.monotonic() + timeout)
+        deadline = time.monotonic() + timeout
+        nm = next((n for n in state.nodemanagers if f"nodemanager{n['index']}" == name), None)
+        if nm is not None:  # the RM may still count the node RUNNING from before: wait for the NM itself
+            definition.wait_answering(f"http://{HOST}:{nm['nm_web_port']}/ws/v1/node/info", deadline, name)
+        self._wait_ready(state, deadline=deadline, only=name)
 
     # ---- down --------------------------------------------------------------------------
     def down(self, purge: bool = False, grace: float = 10.0) -> list[str]:

@@ -61,15 +61,19 @@ def test_a_running_job_rides_through_a_failover_and_the_failback(cluster, launch
 
 def test_failovers_during_the_submit_and_while_allocating_cost_nothing(cluster, launcher, both_rms_back, tmp_path):
     """A holder job takes both GPUs; the next job asks for them too, so it waits ALLOCATING. The
-    active RM dies while that job's client submits (its staging dir is there, YARN has it not
-    yet), and its successor dies while the job waits: YARN's client retries the submit on the
-    other RM, AMRMClient re-sends the outstanding requests, and both jobs finish untouched."""
-    holder = SteppingJob(cluster, tmp_path / "holder", "tony.worker.gpus=1", steps=700, step_time=0.1)
+    active RM dies as that job's client starts, so its whole submission (the cluster checks,
+    the new application, the submit) meets the fail-over, and its successor dies while the job
+    waits: YARN's client retries on the other RM, AMRMClient re-sends the outstanding requests,
+    and both jobs finish untouched."""
+    holder = SteppingJob(cluster, tmp_path / "holder", "tony.worker.gpus=1", steps=900, step_time=0.1)
     holder.wait_stepping(5)
-    before = set(cluster.staging_dirs())
+    killed = active_rm_daemon(launcher)
     waiter = SteppingJob(cluster, tmp_path / "waiter", "tony.worker.gpus=1", steps=50, step_time=0.1)
-    wait_for(lambda: set(cluster.staging_dirs()) - before, 120, "the second job's staging dir")
-    first, second = fail_over(launcher)  # during its submit
+    launcher.kill_daemon(killed)  # the client's JVM is still starting: its first RM call comes after
+    killed_at = time.time()
+    second = wait_for(lambda: (d := active_now(launcher)) not in (None, killed) and d, 120,
+                      "the other ResourceManager to take over")
+    first = killed
     wait_for(lambda: waiter.app_id and (cluster.am_status(waiter.app_id) or {}).get("state") == "ALLOCATING", 180,
              "the second job to wait for its GPUs")
     standby_again(launcher, first)
@@ -78,6 +82,8 @@ def test_failovers_during_the_submit_and_while_allocating_cost_nothing(cluster, 
     held, waited = holder.finish(timeout=300), waiter.finish(timeout=300)
     assert survival_problems(cluster, holder, held) == []
     assert survival_problems(cluster, waiter, waited) == []
+    # the submission reached YARN only after the kill: it went through the fail-over
+    assert cluster.app(waited.app_id)["startedTime"] / 1000 > killed_at
 
 
 def test_zookeeper_down_for_30_s_costs_a_running_job_nothing(cluster, launcher, both_rms_back, tmp_path):
@@ -107,7 +113,9 @@ def test_every_nodemanager_restarted_in_turn_costs_a_running_job_nothing(cluster
 
 
 def test_a_client_whose_first_rm_is_the_standby_submits_and_follows(cluster, launcher, tony, probe_args, tmp_path):
-    standby = next(rm for rm, s in availability.ha_states(launcher.load_state().rm_webs).items() if s == "STANDBY")
+    webs = launcher.load_state().rm_webs
+    standby = wait_for(lambda: next((rm for rm, s in availability.ha_states(webs).items() if s == "STANDBY"), None),
+                       120, "a standby ResourceManager")
     conf = tmp_path / "conf"
     shutil.copytree(cluster.conf_dir, conf)
     site = read_xml(conf / "yarn-site.xml")

@@ -353,6 +353,7 @@ public final class AmBridge {
   }
 
   public void setHeartbeatInterval(int ms) {
+    heartbeatMs = ms;
     amrm.setHeartbeatInterval(ms);
   }
 
@@ -440,6 +441,9 @@ public final class AmBridge {
     if (conf.getLong(YarnConfiguration.RESOURCEMANAGER_CONNECT_MAX_WAIT_MS,
             YarnConfiguration.DEFAULT_RESOURCEMANAGER_CONNECT_MAX_WAIT_MS) < expiry) {
       conf.setLong(YarnConfiguration.RESOURCEMANAGER_CONNECT_MAX_WAIT_MS, expiry);
+      // An HA pair's proxy counts fail-overs instead: derived from the wait unless a cluster set
+      // its own number, which would cut the wait short again.
+      conf.unset(YarnConfiguration.CLIENT_FAILOVER_MAX_ATTEMPTS);
     }
   }
 
