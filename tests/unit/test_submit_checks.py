@@ -283,3 +283,24 @@ def test_tonys_help_flag_in_every_spelling(spelling, capsys):
     with pytest.raises(SystemExit) as done:
         parse_args([spelling])
     assert done.value.code == 0 and "--executes" in capsys.readouterr().out
+
+
+def test_a_ctrl_c_while_zipping_goes_up_as_itself(tmp_path, monkeypatch):
+    """A Ctrl-C that lands as ZipFile opens an entry (its writing flag already set) used to
+    surface as ZipFile's own ValueError on close (an entry still open): an internal error
+    instead of the client's exit 130."""
+    import io
+    import zipfile
+
+    import pytest
+
+    from tony_py.client.staging import _deterministic_zip
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(zipfile._ZipWriteFile, "__init__", interrupted)
+    src = tmp_path / "a.py"
+    src.write_text("print(1)")
+    with pytest.raises(KeyboardInterrupt):
+        _deterministic_zip([("a.py", src)], io.BytesIO())

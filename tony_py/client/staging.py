@@ -15,6 +15,7 @@ venv on every submit.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import io
@@ -51,14 +52,22 @@ class Resource:
 
 # ---- building local artefacts ------------------------------------------------------------------
 def _deterministic_zip(entries: list[tuple[str, Path]], out: io.BufferedIOBase) -> None:
-    """Zip with fixed timestamps and sorted names, so equal content gives equal bytes."""
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
+    """Zip with fixed timestamps and sorted names, so equal content gives equal bytes. Interrupted
+    (a Ctrl-C mid-entry), the half-written archive is abandoned and the interruption goes up as it
+    came: ZipFile's own close would raise a ValueError over it (an entry still open)."""
+    zf = zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6)
+    try:
         for arcname, path in sorted(entries):
             info = zipfile.ZipInfo(arcname, date_time=_ZIP_EPOCH)
             mode = path.stat().st_mode & 0o777
             info.external_attr = (0o100000 | (mode or 0o644)) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, path.read_bytes())
+    except BaseException:
+        with contextlib.suppress(Exception):
+            zf.close()
+        raise
+    zf.close()
 
 
 OPTIONAL_PACKAGES = {"psutil"}  # executors report fewer metrics without it
