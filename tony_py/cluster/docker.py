@@ -24,6 +24,7 @@ fault tests can drop packets there with iptables (faults.py; netem is not availa
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import hashlib
 import ipaddress
@@ -54,6 +55,9 @@ NM_PORTS = {"nm_port": 8041, "nm_localizer_port": 8040, "nm_web_port": 8042, "nm
 # AMs keep retrying an unreachable RM for 2 min (YARN: 15 min), longer than any partition a
 # test makes, so a healed node rejoins instead of having shut itself down.
 TIMERS = definition.Timers(nm_expiry_ms=30_000, am_expiry_ms=15_000, rm_connect_max_wait_ms=120_000)
+# With --ha: an AM stops serving its tasks once the RM has been silent for half its expiry (it may
+# have been replaced), so the expiry must be more than twice a fail-over (about 10 s here).
+HA_TIMERS = dataclasses.replace(TIMERS, am_expiry_ms=60_000)
 ZK_PORT = 2181
 _SHORT = {"namenode": "nn", "datanode": "dn", "resourcemanager": "rm", "zookeeper": "zk",
           "resourcemanager1": "rm1", "resourcemanager2": "rm2"}
@@ -233,7 +237,7 @@ class DockerCluster:
                   "resourcemanager_properties": availability.resourcemanager_properties(
                       str(data), ha_plan and ha_plan["rms"], ha_plan and ha_plan["zookeeper"]),
                   "nm_recovery": "true",
-                  **TIMERS.values(), **PORTS, **secure.INSECURE}
+                  **(HA_TIMERS if ha else TIMERS).values(), **PORTS, **secure.INSECURE}
         definition.write_conf_dir(conf, values)
         for nm in nms:
             definition.write_nodemanager_conf(self.workdir / f"conf-nm{nm['index']}", values, nm)
@@ -362,7 +366,7 @@ class DockerCluster:
                "resourcemanager_web": state.rm_web, "namenode_web": state.nn_web, "default_fs": state.default_fs,
                "image": state.image, "network": state.network, "subnet": state.subnet,
                "python": [f"{p}/bin/python" for p in state.python_mounts[-1:]] + ["/usr/bin/python3"],
-               "shared_dir": state.shared_dir, "yarn_timers_ms": TIMERS.values(), "daemons": daemons,
+               "shared_dir": state.shared_dir, "yarn_timers_ms": (HA_TIMERS if state.ha else TIMERS).values(), "daemons": daemons,
                "up_seconds": state.up_seconds, **availability.ha_status(state.rm_webs, state.ha)}
         if state.hosts_note:
             out["hosts_note"] = state.hosts_note

@@ -42,8 +42,9 @@ GPU_MODE_ENV = "TONY_CLUSTER_GPUS"  # "auto" (default): the real nvidia-smi if i
 # Every daemon on one host: a lost NodeManager is a killed process, noticed in 10 s.
 TIMERS = definition.Timers(nm_expiry_ms=10_000, am_expiry_ms=600_000, rm_connect_max_wait_ms=20_000)
 # An HA cluster is for maintenance: a NodeManager restarted on a loaded machine (a JVM start and its
-# recovery) must be back before YARN calls its node lost (production: 10 min).
-HA_TIMERS = dataclasses.replace(TIMERS, nm_expiry_ms=30_000)
+# recovery) must be back before YARN calls its node lost (production: 10 min), and a client must
+# wait out a fail-over on one (the ZooKeeper session, then the standby's start as the active).
+HA_TIMERS = dataclasses.replace(TIMERS, nm_expiry_ms=30_000, rm_connect_max_wait_ms=120_000)
 
 
 class LocalCluster:

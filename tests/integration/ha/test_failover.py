@@ -74,8 +74,13 @@ def test_failovers_during_the_submit_and_while_allocating_cost_nothing(cluster, 
     second = wait_for(lambda: (d := active_now(launcher)) not in (None, killed) and d, 120,
                       "the other ResourceManager to take over")
     first = killed
-    wait_for(lambda: waiter.app_id and (cluster.am_status(waiter.app_id) or {}).get("state") == "ALLOCATING", 180,
-             "the second job to wait for its GPUs")
+    try:
+        wait_for(lambda: waiter.app_id and (cluster.am_status(waiter.app_id) or {}).get("state") == "ALLOCATING",
+                 180, "the second job to wait for its GPUs")
+    except AssertionError as exc:
+        waiter.job.proc.poll()
+        raise AssertionError(f"{exc}; its client (exit {waiter.job.proc.returncode}) said: "
+                             f"{''.join(waiter.job.out)[-3000:]} {waiter.job.err[-2000:]}") from None
     standby_again(launcher, first)
     launcher.kill_daemon(second)  # while it waits
     wait_for(lambda: active_now(launcher) == first, 120, "the fail-back")
