@@ -17,8 +17,9 @@ For each worker count, runs alternate (floor, TonY-py, floor, TonY-py, …) so n
   first/all_executors_registered                               the executors' logs
   first/all_running  exit                                      the user processes, the command
 
-Usage: bench/startup.py [--workers 2 4 8 16] [--runs 3] [--workdir DIR]
+Usage: bench/startup.py [--workers 2 4 8 16] [--runs 3] [--workdir DIR] [--no-recovery]
 Starts a local cluster in --workdir (default .bench-cluster) unless one runs there; leaves it up.
+--no-recovery starts it without RM and NodeManager recovery (every local cluster runs with them).
 """
 
 from __future__ import annotations
@@ -143,10 +144,13 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8, 16])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workdir", default=str(ROOT / ".bench-cluster"))
+    parser.add_argument("--no-recovery", action="store_true",
+                        help="start the cluster without RM and NodeManager recovery (what recovery costs a start)")
     opts = parser.parse_args()
     workdir = Path(opts.workdir).resolve()
-    state, _ = LocalCluster(workdir).up()
-    results = {"benchmark": "startup", "cpu_count": os.cpu_count(), "runs": opts.runs, "results": []}
+    state, _ = LocalCluster(workdir).up(recovery=not opts.no_recovery)
+    results = {"benchmark": "startup", "cpu_count": os.cpu_count(), "runs": opts.runs,
+               "recovery": not opts.no_recovery, "results": []}
     with tempfile.TemporaryDirectory(prefix="tony-bench-startup-") as tmp:
         tmp = Path(tmp)
         (tmp / "src").mkdir()
