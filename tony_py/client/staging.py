@@ -66,6 +66,7 @@ def _deterministic_zip(entries: list[tuple[str, Path]], out: io.BufferedIOBase) 
     except BaseException:
         with contextlib.suppress(Exception):
             zf.close()
+        zf.fp = None  # abandoned: its own finaliser must not try closing it again
         raise
     zf.close()
 

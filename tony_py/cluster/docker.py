@@ -24,7 +24,6 @@ fault tests can drop packets there with iptables (faults.py; netem is not availa
 
 from __future__ import annotations
 
-import dataclasses
 import getpass
 import hashlib
 import ipaddress
@@ -51,13 +50,12 @@ PORTS = {"nn_rpc_port": 8020, "nn_http_port": 9870, "dn_data_port": 9866, "dn_ht
          "dn_ipc_port": 9867, "rm_port": 8032, "rm_scheduler_port": 8030, "rm_tracker_port": 8031,
          "rm_admin_port": 8033, "rm_web_port": 8088}
 NM_PORTS = {"nm_port": 8041, "nm_localizer_port": 8040, "nm_web_port": 8042, "nm_collector_port": 8048}
-# A node is lost after 30 s and an AM attempt after 15 s (YARN: 10 min each); NodeManagers and
-# AMs keep retrying an unreachable RM for 2 min (YARN: 15 min), longer than any partition a
-# test makes, so a healed node rejoins instead of having shut itself down.
+# A node is lost after 30 s and an AM attempt after 15 s (YARN: 10 min each); clients and AMs retry
+# an unreachable RM for 2 min, NodeManagers 15 min (YARN's), so a healed node rejoins.
 TIMERS = definition.Timers(nm_expiry_ms=30_000, am_expiry_ms=15_000, rm_connect_max_wait_ms=120_000)
 # With --ha: an AM stops serving its tasks once the RM has been silent for half its expiry (it may
 # have been replaced), so the expiry must be more than twice a fail-over (about 10 s here).
-HA_TIMERS = dataclasses.replace(TIMERS, am_expiry_ms=60_000)
+HA_TIMERS = definition.Timers(nm_expiry_ms=30_000, am_expiry_ms=60_000, rm_connect_max_wait_ms=120_000)
 ZK_PORT = 2181
 _SHORT = {"namenode": "nn", "datanode": "dn", "resourcemanager": "rm", "zookeeper": "zk",
           "resourcemanager1": "rm1", "resourcemanager2": "rm2"}
@@ -328,12 +326,10 @@ class DockerCluster:
 
     def wait_ready(self, state: DockerClusterState, deadline: float) -> None:
         # By address: the launcher must not depend on /etc/hosts having taken the names.
-        if state.ha:
-            webs = {rm["id"]: f"http://{state.node(availability.rm_daemon(rm['id'])).address}:{PORTS['rm_web_port']}"
-                    for rm in state.ha["rms"]}
-            rm = lambda: availability.active_rm_web(webs)  # noqa: E731
-        else:
-            rm = f"http://{state.node('resourcemanager').address}:{PORTS['rm_web_port']}"
+        webs = {rm["id"]: f"http://{state.node(availability.rm_daemon(rm['id'])).address}:{PORTS['rm_web_port']}"
+                for rm in (state.ha or {}).get("rms", [])}
+        rm = (lambda: availability.active_rm_web(webs)) if webs else \
+            f"http://{state.node('resourcemanager').address}:{PORTS['rm_web_port']}"
         nn = f"http://{state.node('namenode').address}:{PORTS['nn_http_port']}"
         definition.wait_ready(lambda: [n for n, up in self._alive(state).items() if not up], rm, nn,
                               len(state.nodemanagers), deadline, self.workdir / "logs")
@@ -366,7 +362,8 @@ class DockerCluster:
                "resourcemanager_web": state.rm_web, "namenode_web": state.nn_web, "default_fs": state.default_fs,
                "image": state.image, "network": state.network, "subnet": state.subnet,
                "python": [f"{p}/bin/python" for p in state.python_mounts[-1:]] + ["/usr/bin/python3"],
-               "shared_dir": state.shared_dir, "yarn_timers_ms": (HA_TIMERS if state.ha else TIMERS).values(), "daemons": daemons,
+               "shared_dir": state.shared_dir, "daemons": daemons,
+               "yarn_timers_ms": (HA_TIMERS if state.ha else TIMERS).values(),
                "up_seconds": state.up_seconds, **availability.ha_status(state.rm_webs, state.ha)}
         if state.hosts_note:
             out["hosts_note"] = state.hosts_note
