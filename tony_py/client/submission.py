@@ -13,6 +13,7 @@ import getpass
 import json
 import math
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -73,6 +74,11 @@ def open_gateway(args: SubmitArgs, workdir: Path, launch: JvmLaunch | None = Non
                          keytab=prepared.conf.get("tony.keytab.location") or None), prepared
 
 
+# How long a cluster that reports no RUNNING NodeManager is asked again: a recovered RM (a restart,
+# a fail-over) counts none until they register again, which takes a heartbeat or two.
+NODES_REGISTER_WAIT_S = 20.0
+
+
 class Submission:
     def __init__(self, gw, job: PreparedJob, warn: Callable[[str], None] = lambda text: None):
         self.gw = gw
@@ -124,9 +130,20 @@ class Submission:
         return self.stager.reused if self.stager else []
 
     # ---- checks that need the cluster, still before anything is created on it ----------------------
+    def _running_nodes(self) -> dict:
+        """The cluster's RUNNING nodes. None at all may be an RM that has just restarted or taken
+        over (its NodeManagers register again within seconds): asked again for a while before
+        check_fits calls it an empty cluster."""
+        deadline = time.monotonic() + NODES_REGISTER_WAIT_S
+        while True:
+            cluster = self.gw.json("read the cluster's nodes", self.gw.bridge.clusterJson)
+            if cluster.get("nodes") or time.monotonic() > deadline:
+                return cluster
+            time.sleep(1.0)
+
     def _check_cluster_inputs(self) -> None:
         spec, args = self.job.spec, self.job.args
-        cluster = self.gw.json("read the cluster's nodes", self.gw.bridge.clusterJson)
+        cluster = self._running_nodes()
         check_fits(spec, cluster)
         if not self.gw.call("look up the queue", self.gw.bridge.queueExists, spec.queue):
             raise ConfigError("tony.yarn.queue", f"the scheduler has no queue {spec.queue!r}")
