@@ -207,7 +207,9 @@ def test_fcfs_job_runs_each_task_as_it_comes(tony, probe_args, tmp_path, cluster
 def test_a_type_runs_its_own_command(tony, probe_args, tmp_path, cluster):
     ps_command = f"{PYTHON} probe.py --out {tmp_path / 'probe'} --marker from-ps-command --forever ps:0"
     run = tony(*probe_args("tony.worker.instances=1", "tony.ps.instances=1", "tony.worker.memory=512m",
-                           "tony.ps.memory=512m", f"tony.ps.command={ps_command}", params="--marker from-executes"))
+                           "tony.ps.memory=512m", f"tony.ps.command={ps_command}",
+                           # the worker ends the job: it waits for the ps's record first (an order, not a race)
+                           params="--marker from-executes --after-record ps:0"))
     assert run.rc == 0, run.output[-3000:]
     rec = probe_records(tmp_path)
     assert "from-ps-command" in rec["ps:0"]["argv"] and "from-executes" in rec["worker:0"]["argv"]
