@@ -111,6 +111,9 @@ def own_conf_dir(state: ClusterState, name: str, nm: dict | None) -> str:
     return state.conf_dir
 
 
+PORTS_FROM = 20000  # the daemons' ports: from here up to the ephemeral range (32768 on Linux)
+
+
 def free_ports(count: int) -> list[int]:
     """Ports free right now on HOST, below the kernel's ephemeral range, so a port stays this
     cluster's while its daemon is down: a NodeManager restarted with recovery must bind the same
@@ -142,9 +145,6 @@ def free_ports(count: int) -> list[int]:
         for s in socks:
             s.close()
     return ports
-
-
-PORTS_FROM = 20000  # the daemons' ports: from here up to the ephemeral range (32768 on Linux)
 
 
 def _ephemeral_range() -> tuple[int, int]:

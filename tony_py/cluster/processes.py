@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import time
-
 from pathlib import Path
 
 import psutil
