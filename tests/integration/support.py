@@ -170,15 +170,16 @@ class Run:
         return self.stdout + self.stderr
 
 
-def wait_for(predicate, timeout: float, what: str):
-    """Poll until predicate() returns something truthy; fail the test after `timeout` s."""
+def wait_for(predicate, timeout: float, what: str, explain=None):
+    """Poll until predicate() returns something truthy; fail the test after `timeout` s (with
+    explain()'s account of what the test waited on, when given)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
         time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}" + (f"\n{explain()}" if explain else ""))
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> None:

@@ -178,6 +178,9 @@ def test_lost_nodemanager_job_finishes_on_the_other_node(cluster, probe_args, tm
     assert len(status["tasks"]) == 2 and all(t["node_id"] != gpu_node for t in status["tasks"])  # both on nm2
     filler.proc.send_signal(signal.SIGINT)
     assert filler.wait(timeout=60).rc == 130
+    # the node dies once there is a checkpoint to resume from (a loaded machine can take longer to
+    # finish the first epoch than the filler takes to end)
+    wait_for(lambda: (tmp_path / "ckpt" / "digits.pt").exists(), 120, "the first checkpoint")
 
     nodemanager2_back.kill_daemon("nodemanager2")
     run = job.wait(timeout=300)

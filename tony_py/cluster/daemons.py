@@ -4,16 +4,14 @@ recorded pid still is, and stopping several at once; and the process cluster's r
 
 from __future__ import annotations
 
-import random
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
 from tony_py.cluster import availability, definition
+from tony_py.cluster.ports import HOST
 
-HOST = "127.0.0.1"
 KIND = "processes"
 
 
@@ -109,50 +107,6 @@ def own_conf_dir(state: ClusterState, name: str, nm: dict | None) -> str:
     if name == "zookeeper":
         return str(Path(state.workdir) / "conf-zookeeper")
     return state.conf_dir
-
-
-PORTS_FROM = 20000  # the daemons' ports: from here up to the ephemeral range (32768 on Linux)
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free right now on HOST, below the kernel's ephemeral range, so a port stays this
-    cluster's while its daemon is down: a NodeManager restarted with recovery must bind the same
-    ones again, and an ephemeral port (any outgoing connection's) taken meanwhile would stop it.
-    Sockets stay open until all are chosen, so no two match; random, so two clusters started at
-    once rarely try the same."""
-    low, _high = _ephemeral_range()
-    candidates = random.sample(range(PORTS_FROM, low), min(low - PORTS_FROM, 4 * count + 64)) \
-        if low - PORTS_FROM > 4 * count else []
-    socks, ports = [], []
-    try:
-        for port in candidates:
-            if len(ports) == count:
-                break
-            s = socket.socket()
-            try:
-                s.bind((HOST, port))
-            except OSError:
-                s.close()
-                continue
-            socks.append(s)
-            ports.append(port)
-        while len(ports) < count:  # no room below the ephemeral range: any free port
-            s = socket.socket()
-            s.bind((HOST, 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
 
 
 def standin_dir(nm: dict) -> str | None:

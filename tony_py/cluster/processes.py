@@ -28,7 +28,8 @@ from tony_py import paths
 from tony_py.bridge import jvm
 from tony_py.cluster import availability, definition, jars, secure
 from tony_py.cluster.definition import overall_state, read_state, save_state
-from tony_py.cluster.daemons import (HOST, KIND, ClusterState, DaemonState, free_ports, kill_all, own_conf_dir,
+from tony_py.cluster.ports import claim_ports, release_ports
+from tony_py.cluster.daemons import (HOST, KIND, ClusterState, DaemonState, kill_all, own_conf_dir,
                                      standin_dir)
 from tony_py.errors import SetupError
 
@@ -161,7 +162,7 @@ class LocalCluster:
         # One call: ports released by an earlier call could be handed out again.
         per_nm, per_rm = len(definition.NM_PORT_NAMES), len(availability.RM_ADDRESS_KEYS)
         extra = 1 + per_rm if ha else 0  # ZooKeeper, the second RM
-        free = free_ports(len(definition.PORT_NAMES) + per_nm * len(NODEMANAGERS) + extra)
+        free = claim_ports(self.workdir, len(definition.PORT_NAMES) + per_nm * len(NODEMANAGERS) + extra)
         ports = dict(zip(definition.PORT_NAMES, free))
         nm_ports = free[len(definition.PORT_NAMES):len(free) - extra]
         ha_plan = None
@@ -379,6 +380,7 @@ class LocalCluster:
             self._kill_container_leftovers()
             state.daemons = []
             self._save_state(state)
+        release_ports(self.workdir)
         if purge and self.workdir.exists():
             shutil.rmtree(self.workdir)
         return stopped

@@ -6,6 +6,7 @@ cluster, its REST calls going to whichever RM is active, so the parent conftest'
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -35,6 +36,26 @@ def cluster(request, launcher) -> Cluster:
         print(f"\n[HA cluster] {failed} test(s) failed: logs kept in {launcher.workdir}", file=sys.stderr)
 
 
+def rms_explained(launcher: LocalCluster) -> str:
+    """Why no RM is (or the expected one is not) active: each RM's HA state, whether its process
+    and ZooKeeper's run, and the last lines of their logs that say what they did."""
+    state = launcher.load_state()
+    lines = [f"HA states: {availability.ha_states(state.rm_webs)}"]
+    said = re.compile(r"ERROR|WARN|FATAL|Exception|[Tt]ransition|[Ee]lect|[Ff]enc|[Ss]ession")
+    for daemon in state.daemons:
+        if daemon.name.startswith("resourcemanager") or daemon.name == "zookeeper":
+            log = Path(daemon.log)
+            tail = [line[:300] for line in (log.read_text(errors="replace") if log.exists() else "").splitlines()
+                    if said.search(line)][-15:]
+            running = "running" if daemon.process() is not None else "NOT running"
+            lines.append(f"{daemon.name} ({running}), {log}:\n  " + "\n  ".join(tail))
+    return "\n".join(lines)
+
+
+def wait_for_rms(launcher: LocalCluster, predicate, what: str, timeout: float = 120):
+    return wait_for(predicate, timeout, what, explain=lambda: rms_explained(launcher))
+
+
 @pytest.fixture
 def both_rms_back(cluster, launcher):
     """Whatever a test did to the RMs and ZooKeeper, all run again afterwards, one of them active."""
@@ -42,12 +63,12 @@ def both_rms_back(cluster, launcher):
     for name in ("zookeeper", "resourcemanager1", "resourcemanager2"):
         launcher.restart_daemon(name)
     webs = launcher.load_state().rm_webs
-    wait_for(lambda: availability.active_rm_web(webs), 120, "an active ResourceManager")
+    wait_for_rms(launcher, lambda: availability.active_rm_web(webs), "an active ResourceManager")
 
 
 def active_rm_daemon(launcher: LocalCluster) -> str:
     """The daemon name of the active RM (rm2 -> resourcemanager2), waiting for one to be active."""
     webs = launcher.load_state().rm_webs
-    rm_id = wait_for(lambda: next((rm for rm, s in availability.ha_states(webs).items() if s == "ACTIVE"), None),
-                     120, "an active ResourceManager")
+    rm_id = wait_for_rms(launcher, lambda: next((rm for rm, s in availability.ha_states(webs).items()
+                                                  if s == "ACTIVE"), None), "an active ResourceManager")
     return availability.rm_daemon(rm_id)

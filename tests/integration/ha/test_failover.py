@@ -13,7 +13,7 @@ from support import history_of, wait_for
 from tony_py.cluster import availability
 from tony_py.config.xmlconf import read_xml, to_xml
 
-from ha.conftest import active_rm_daemon
+from ha.conftest import active_rm_daemon, wait_for_rms
 from ha.maintenance import SteppingJob, am_attempts, survival_problems
 
 
@@ -27,16 +27,16 @@ def standby_again(launcher, daemon: str) -> None:
     """Start a killed RM again and wait until it serves as the standby."""
     launcher.restart_daemon(daemon)
     rm_id = "rm" + daemon.removeprefix("resourcemanager")
-    wait_for(lambda: availability.ha_states(launcher.load_state().rm_webs)[rm_id] == "STANDBY", 120,
-             f"{rm_id} to be the standby")
+    wait_for_rms(launcher, lambda: availability.ha_states(launcher.load_state().rm_webs)[rm_id] == "STANDBY",
+                 f"{rm_id} to be the standby")
 
 
 def fail_over(launcher) -> tuple[str, str]:
     """Kill the active RM and wait for the other to take over: (killed, new active)."""
     killed = active_rm_daemon(launcher)
     launcher.kill_daemon(killed)
-    taken_over = wait_for(lambda: (d := active_now(launcher)) not in (None, killed) and d, 120,
-                          "the other ResourceManager to take over")
+    taken_over = wait_for_rms(launcher, lambda: (d := active_now(launcher)) not in (None, killed) and d,
+                              "the other ResourceManager to take over")
     return killed, taken_over
 
 
@@ -51,7 +51,7 @@ def test_a_running_job_rides_through_a_failover_and_the_failback(cluster, launch
     job.wait_stepping(10)  # training goes on under the other RM
     standby_again(launcher, first)
     launcher.kill_daemon(second)  # the fail-back
-    wait_for(lambda: active_now(launcher) == first, 120, "the fail-back")
+    wait_for_rms(launcher, lambda: active_now(launcher) == first, "the fail-back")
     job.wait_stepping(10)
     run = job.finish(timeout=300)
     assert survival_problems(cluster, job, run) == []
@@ -71,8 +71,8 @@ def test_failovers_during_the_submit_and_while_allocating_cost_nothing(cluster, 
     waiter = SteppingJob(cluster, tmp_path / "waiter", "tony.worker.gpus=1", steps=50, step_time=0.1)
     launcher.kill_daemon(killed)  # the client's JVM is still starting: its first RM call comes after
     killed_at = time.time()
-    second = wait_for(lambda: (d := active_now(launcher)) not in (None, killed) and d, 120,
-                      "the other ResourceManager to take over")
+    second = wait_for_rms(launcher, lambda: (d := active_now(launcher)) not in (None, killed) and d,
+                          "the other ResourceManager to take over")
     first = killed
     try:
         wait_for(lambda: waiter.app_id and (cluster.am_status(waiter.app_id) or {}).get("state") == "ALLOCATING",
@@ -83,7 +83,7 @@ def test_failovers_during_the_submit_and_while_allocating_cost_nothing(cluster, 
                              f"{''.join(waiter.job.out)[-3000:]} {waiter.job.err[-2000:]}") from None
     standby_again(launcher, first)
     launcher.kill_daemon(second)  # while it waits
-    wait_for(lambda: active_now(launcher) == first, 120, "the fail-back")
+    wait_for_rms(launcher, lambda: active_now(launcher) == first, "the fail-back")
     held, waited = holder.finish(timeout=300), waiter.finish(timeout=300)
     assert survival_problems(cluster, holder, held) == []
     assert survival_problems(cluster, waiter, waited) == []
