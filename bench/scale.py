@@ -114,6 +114,12 @@ class InstantPort:
     def blacklist(self, node_id):
         pass
 
+    def unblacklist(self, node_id):
+        pass
+
+    def node_count(self):
+        return 50  # the simulated nodes above
+
 
 def am_child(executors: int, framework: str, secret: str, workdir: str, observe: bool = True) -> None:
     from tony_py.am.history import HistoryWriter

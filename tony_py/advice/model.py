@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from tony_py.config.spec import JobSpec
 
@@ -108,5 +109,16 @@ class JobFacts:
 
     def first(self, kind: str, task: str | None = None) -> float | None:
         """When the first event of this kind (for this task) happened."""
-        return next((e["ts"] for e in self.events if e.get("kind") == kind and (task is None or e.get("task") == task)),
-                    None)
+        return self._firsts.get((kind, task))
+
+    @cached_property
+    def _firsts(self) -> dict[tuple[str, str | None], float]:
+        """(kind, task or None) -> the first such event's time, in one pass: a heuristic asks it for
+        every task, and a job of thousands has several events each."""
+        out: dict[tuple[str, str | None], float] = {}
+        for e in self.events:
+            kind = e.get("kind")
+            out.setdefault((kind, None), e["ts"])
+            if e.get("task") is not None:
+                out.setdefault((kind, e["task"]), e["ts"])
+        return out

@@ -126,7 +126,7 @@ class Coordinator(Job):
             self.mark("first_container_allocated")
             self.events.record(ev.ALLOCATED, f"container {container.id} on {container.host}", task.name,
                                container_id=container.id, host=container.host)
-            if not self.pending():
+            if not self.book.waiting and not self.pending():  # (outstanding requests: some are pending)
                 self.mark("all_containers_allocated")
                 self.port.set_heartbeat_interval(SLOW_HEARTBEAT_MS)
             try:

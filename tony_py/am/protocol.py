@@ -30,6 +30,7 @@ class ExecutorProtocol:
         self.recovery = recovery
         self._plan: tuple[tuple, dict, EnvPlan] | None = None
         self._announced: set[str] = set()  # fences a waiting gang has been told about
+        self._dense: tuple | None = None  # (view, {task: its id in that gang}, gang size): _numbering
 
     # ---- which copy of a task is calling, and is it current --------------------------------
     def lookup(self, name: str, attempt: int, container_id: str | None,
@@ -160,7 +161,26 @@ class ExecutorProtocol:
         task.served = True  # from now on this copy may run the task's process
         job.events.record(ev.SPEC_SERVED, "cluster spec served", task.name, attempt=task.attempt)
         plan = self._env_plan(view)
-        return SpecAnswer(self._task_env(task, plan, job.dense_id(task), job.tasks.values()), plan)
+        if view is job.cluster_view:  # (every task of a gang gets the same view: its numbering once)
+            dense, size = self._numbering(view)
+            return SpecAnswer(self._task_env(task, plan, dense[task.name], size), plan)
+        return SpecAnswer(self._task_env(task, plan, job.dense_id(task), self._gang_size()), plan)
+
+    def _numbering(self, view) -> tuple[dict[str, TaskId], int]:
+        """Each task's id as the gang of this view numbers it (state.Job.dense_id), and the
+        gang's tracked size, worked out once per view: a job of thousands asks for each."""
+        if self._dense is None or self._dense[0] is not view:
+            numbering: dict[str, TaskId] = {}
+            seen: dict[str, int] = {}
+            for t in sorted(self.job.tasks.values(), key=lambda t: (t.id.type, t.id.index)):
+                numbering[t.name] = TaskId(t.id.type, seen.get(t.id.type, 0))
+                if t.state != TaskState.PARKED:
+                    seen[t.id.type] = seen.get(t.id.type, 0) + 1
+            self._dense = (view, numbering, self._gang_size())
+        return self._dense[1], self._dense[2]
+
+    def _gang_size(self) -> int:
+        return sum(1 for t in self.job.tasks.values() if t.tracked and t.state != TaskState.PARKED)
 
     def polling(self, name: str, delta: int) -> None:
         """A long-poll of the task's executor started (+1) or ended (-1): alive, not heartbeating."""
@@ -181,11 +201,11 @@ class ExecutorProtocol:
         return plan
 
     @staticmethod
-    def _task_env(task: Task, plan: EnvPlan, dense: TaskId, plan_tasks=()) -> dict[str, str]:
+    def _task_env(task: Task, plan: EnvPlan, dense: TaskId, gang_size: int) -> dict[str, str]:
         env = plan.env(dense)  # a smaller gang numbers its members 0..n-1 (state.Job.dense_id)
         if dense != task.id:  # TonY's, set at launch for the full size
             env["TASK_INDEX"] = str(dense.index)
-            env["TASK_NUM"] = str(len([t for t in plan_tasks if t.tracked and t.state != TaskState.PARKED]))
+            env["TASK_NUM"] = str(gang_size)
         env["TONY_RESTART_ATTEMPT"] = str(task.attempt)
         # TonY's counters, with TonY's meaning (TonY itself left both at 0: a bug): the session
         # a task belongs to, which user code reads to resume.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from tony_py.config.model import Checked, ModelError
 
@@ -212,7 +213,11 @@ class JobSpec(Checked):
         return [t.name for t in self.types]
 
     def tasks(self) -> list[TaskId]:
-        return [TaskId(t.name, i) for t in self.types for i in range(t.instances)]
+        return list(self._tasks)
+
+    @cached_property
+    def _tasks(self) -> tuple[TaskId, ...]:  # (the AM asks for every container it launches)
+        return tuple(TaskId(t.name, i) for t in self.types for i in range(t.instances))
 
     def chief(self) -> TaskId:
         """TonY's rule: `chief:0` if there is a chief type, else `worker:0`; a ray job's is its
@@ -230,7 +235,11 @@ class JobSpec(Checked):
         return type_name not in self.untracked and type_name not in self.sidecar
 
     def tracked_tasks(self) -> list[TaskId]:
-        return [t for t in self.tasks() if self.is_tracked(t.type)]
+        return list(self._tracked_tasks)
+
+    @cached_property
+    def _tracked_tasks(self) -> tuple[TaskId, ...]:
+        return tuple(t for t in self._tasks if self.is_tracked(t.type))
 
     def command_for(self, type_name: str) -> str:
         cmd = self.type(type_name).command or self.command
