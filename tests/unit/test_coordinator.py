@@ -296,13 +296,35 @@ def test_a_node_whose_executor_went_silent_gets_no_replacement_for_a_while(tmp_p
     h.clock.now += 3  # worker:1 silent for 6 s: past the 5 s expiry
     h.c.tick()
     assert h.c.restarts_used == 1 and h.port.blacklisted == [silent]
-    h.clock.now += recovery.AVOID_NODE_S - 1
+    h.clock.now += 1
+    h.allocate("worker")  # other nodes took the gang's new containers
+    h.allocate("worker")
+    h.clock.now += recovery.AVOID_NODE_S - 2
     h.c.heartbeat("worker:0", 1, h.containers["worker:0"], {})
     h.c.tick()
     assert h.port.blacklisted == [silent]
     h.clock.now += 1
     h.c.tick()
     assert h.port.blacklisted == []  # given back to YARN's scheduling
+
+
+def test_a_held_back_node_is_given_back_when_no_other_node_grants_the_replacement(tmp_path):
+    """The hold is worth it only where another node can take the task: a request unmet for
+    AVOID_UNMET_S says none can, and waiting out the hold would only delay the job."""
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=2")
+    h.bring_up()
+    silent = h.c.tasks["worker:1"].container.node_id
+    h.clock.now += 6
+    h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {})
+    h.c.tick()
+    assert h.c.restarts_used == 1 and h.port.blacklisted == [silent]
+    h.clock.now += recovery.AVOID_UNMET_S - 0.5
+    h.c.tick()
+    assert h.port.blacklisted == [silent]
+    h.clock.now += 0.5
+    h.c.tick()
+    assert h.port.blacklisted == []
+    assert any(f"{silent} takes new containers again" in e["message"] for e in h.c.events.recent)
 
 
 def test_the_last_node_of_a_cluster_is_never_avoided(tmp_path):

@@ -23,6 +23,10 @@ PREEMPTION_AFTERMATH_S = 10.0
 FINISH_GRACE_S = 15.0
 # How long a node whose executor went silent gets no new container of the job (avoid_node).
 AVOID_NODE_S = 30.0
+# ... unless the job's containers are asked for and no other node grants one for this long: no
+# other node has room, and holding the node back would only make the replacement wait (YARN grants
+# what a node has room for within a heartbeat or two of it).
+AVOID_UNMET_S = 5.0
 # AM heartbeat to the RM: fast while containers are outstanding, relaxed afterwards.
 FAST_HEARTBEAT_MS = 200
 SLOW_HEARTBEAT_MS = 1000
@@ -138,12 +142,18 @@ class Recovery:
         job.avoided[node_id] = job.clock() + AVOID_NODE_S
 
     def lift_avoided(self, now: float) -> None:
+        """Nodes held back past AVOID_NODE_S, or all of them once a request has gone unmet for
+        AVOID_UNMET_S (the nodes left cannot take the replacement: the hold would only delay it)."""
         job = self.job
+        unmet = self.book.waiting and now - self.book.requested_at >= AVOID_UNMET_S
         for node_id, until in list(job.avoided.items()):
-            if until <= now:
+            if until <= now or unmet:
                 del job.avoided[node_id]
                 if node_id not in job.blacklisted:
                     self.port.unblacklist(node_id)
+                if until > now:
+                    job.events.record(ev.NOTE, f"{node_id} takes new containers again: no other node granted "
+                                               f"one in {now - self.book.requested_at:.0f} s", node_id=node_id)
 
     # ---- copies of a task (fencing.py) ----------------------------------------------------------
     def supersede(self, task: Task, why: str) -> None:
