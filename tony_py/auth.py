@@ -204,7 +204,7 @@ class KeepAlive:
 
     def exchange(self, origin: tuple[str, int], method: str, target: str, body: bytes,
                  make_headers: Callable[[], dict[str, str]], timeout: float,
-                 max_bytes: int = MAX_ANSWER) -> tuple[int, bytes, str | None]:
+                 max_bytes: int = MAX_ANSWER) -> tuple[int, bytes, str | None, str | None]:
         import http.client
 
         if not self._lock.acquire(blocking=False):
@@ -226,7 +226,7 @@ class KeepAlive:
                     raw = _read(resp, max_bytes)
                     if resp.will_close:
                         self.close()
-                    return resp.status, raw, resp.getheader(RESPONSE_HEADER)
+                    return resp.status, raw, resp.getheader(RESPONSE_HEADER), resp.getheader("Content-Encoding")
                 except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                     self.close()
                     if not reused or retry:
@@ -240,14 +240,15 @@ class KeepAlive:
             self._lock.release()
 
 
-def _one_off(origin, method, target, body, headers, timeout, max_bytes=MAX_ANSWER) -> tuple[int, bytes, str | None]:
+def _one_off(origin, method, target, body, headers, timeout,
+             max_bytes=MAX_ANSWER) -> tuple[int, bytes, str | None, str | None]:
     import http.client
 
     conn = http.client.HTTPConnection(*origin, timeout=timeout)
     try:
         conn.request(method, target, body=body if method == "POST" else None, headers=headers)
         resp = conn.getresponse()
-        return resp.status, _read(resp, max_bytes), resp.getheader(RESPONSE_HEADER)
+        return resp.status, _read(resp, max_bytes), resp.getheader(RESPONSE_HEADER), resp.getheader("Content-Encoding")
     finally:
         conn.close()
 
@@ -274,10 +275,12 @@ def _origin(base_url: str) -> tuple[str, int]:
 
 
 def call_signed(signer: Signer, base_url: str, method: str, target: str, payload: dict | None,
-                timeout: float, keep_alive: KeepAlive | None = None, max_bytes: int = MAX_ANSWER) -> tuple[int, bytes]:
+                timeout: float, keep_alive: KeepAlive | None = None, max_bytes: int = MAX_ANSWER,
+                gzip_ok: bool = False) -> tuple[int, bytes]:
     """One signed request; returns (status, the answer's body). An answer that is not signed for
     this request raises UnsignedAnswer (never trusted, whatever it says); connection errors
-    propagate."""
+    propagate. gzip_ok: the answer may come gzip-compressed (a large spec); its signature covers
+    the bytes sent, checked before they are decompressed (to at most max_bytes)."""
     import http.client
     import json
 
@@ -289,6 +292,8 @@ def call_signed(signer: Signer, base_url: str, method: str, target: str, payload
         nonce[:] = [n]
         if method == "POST":
             headers["Content-Type"] = "application/json"
+        if gzip_ok:
+            headers["Accept-Encoding"] = "gzip"
         return headers
 
     origin = _origin(base_url)
@@ -297,17 +302,41 @@ def call_signed(signer: Signer, base_url: str, method: str, target: str, payload
     full_target = (f"/{prefix}" if prefix else "") + target
     try:
         if keep_alive is not None:
-            status, raw, signature = keep_alive.exchange(origin, method, full_target, body, make_headers, timeout,
-                                                         max_bytes)
+            status, raw, signature, encoding = keep_alive.exchange(origin, method, full_target, body, make_headers,
+                                                                   timeout, max_bytes)
         else:
-            status, raw, signature = _one_off(origin, method, full_target, body, make_headers(), timeout, max_bytes)
+            status, raw, signature, encoding = _one_off(origin, method, full_target, body, make_headers(), timeout,
+                                                        max_bytes)
     except http.client.HTTPException as exc:
         raise OSError(f"garbled answer: {exc}") from None
     try:
         signer.check_answer(nonce[0], status, raw, signature)
     except AuthError:
         raise UnsignedAnswer(status) from None
+    if encoding == "gzip":
+        raw = gunzip(raw, max_bytes)
+    elif encoding not in (None, "", "identity"):
+        raise ValueError(f"an answer in an encoding not asked for: {encoding}")
     return status, raw
+
+
+def gunzip(raw: bytes, max_bytes: int) -> bytes:
+    """A gzip body of one or more members (a spec's shared part and its own), refused past max_bytes."""
+    import zlib
+
+    out, rest = [], raw
+    size = 0
+    while rest:
+        member = zlib.decompressobj(wbits=31)
+        data = member.decompress(rest, max_bytes + 1 - size)
+        size += len(data)
+        if size > max_bytes or member.unconsumed_tail:
+            raise ValueError(f"a compressed answer of more than the {max_bytes} bytes expected")
+        if not member.eof:
+            raise ValueError("a truncated compressed answer")
+        out.append(data)
+        rest = member.unused_data
+    return b"".join(out)
 
 
 def call_json(signer: Signer, base_url: str, method: str, target: str, payload: dict | None,

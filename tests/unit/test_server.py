@@ -1,6 +1,7 @@
 """The AM's HTTP server, for real on loopback, in front of a real coordinator (fake cluster port):
 signatures, replays, numbers, body limits, the connection cap and who sees what."""
 
+import gzip
 import json
 import os
 import socket
@@ -13,7 +14,7 @@ from harness import Harness
 from tony_py.am import report
 from tony_py.am import server as server_module
 from tony_py.am.server import AmHttpServer, JobFiles
-from tony_py.auth import Signer, UnsignedAnswer, Verifier, call_json
+from tony_py.auth import RESPONSE_HEADER, Signer, UnsignedAnswer, Verifier, call_json, gunzip
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.settings import Instruction, Settings
 from tony_py.executor.supervisor import Executor
@@ -218,3 +219,34 @@ def test_a_gang_fetching_the_src_dir_at_once_gets_it_whole(am, tmp_path):
     srv.shutdown()
     srv.server_close()
     assert results == {i: (3 << 20, True, {}) for i in range(12)}
+
+
+def test_a_spec_comes_gzipped_to_an_executor_that_takes_it_signed_over_what_was_sent(am):
+    """The real executor's channel asks for gzip; the answer's signature covers the compressed
+    bytes and they decompress to the same spec a plain request gets."""
+    cid = am.h.containers["worker:0"]
+    call_json(am.signer, am.url, "POST", "/v1/register", register_body(am), 5)
+    channel = AmChannel(am.url, am.signer, give_up_after_s=5)
+    query = f"task=worker:0&attempt=0&container={cid}&timeout=5"
+    status, plain = call_json(am.signer, am.url, "GET", f"/v1/spec?{query}", None, 10)
+    assert status == 200 and plain["env"]["TONY_RESTART_ATTEMPT"] == "0" and "shared" in plain
+    assert channel.wait_spec("worker:0", 0, cid, timeout=5) == plain
+    # on the wire: gzip members, signed as sent
+    headers, nonce = am.signer.sign("GET", f"/v1/spec?{query}", b"", f"127.0.0.1:{am.port}")
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    raw = raw_request(am.port, f"GET /v1/spec?{query} HTTP/1.1\r\nHost: x\r\nAccept-Encoding: gzip\r\n{head}"
+                               "Connection: close\r\n\r\n".encode())
+    top, _, body = raw.partition(b"\r\n\r\n")
+    fields = {k.lower(): v for k, _, v in (line.partition(": ") for line in top.decode().split("\r\n")[1:])}
+    assert fields["content-encoding"] == "gzip" and body[:2] == b"\x1f\x8b"
+    am.signer.check_answer(nonce, 200, body, fields[RESPONSE_HEADER.lower()])
+    assert json.loads(gunzip(body, 1 << 20)) == plain
+
+
+def test_a_compressed_answer_past_its_limit_or_cut_short_is_refused():
+    two = gzip.compress(b'{"a":', mtime=0) + gzip.compress(b"1}", mtime=0)
+    assert gunzip(two, 100) == b'{"a":1}'
+    with pytest.raises(ValueError, match="more than"):
+        gunzip(gzip.compress(b"x" * 10_000), 9_999)
+    with pytest.raises(ValueError, match="truncated"):
+        gunzip(two[:-6], 100)

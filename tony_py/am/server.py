@@ -41,6 +41,7 @@ from tony_py.am.fields import (BadRequest, devices_field, error_field, int_field
                               text_field)
 from tony_py.am.httpd import HttpServer, Recent, Request, Response
 from tony_py.auth import REQUEST_HEADER, RESPONSE_HEADER, AuthError, SkewError, Verifier
+from tony_py.frameworks.envplan import SpecAnswer
 
 log = logging.getLogger("tony.am.server")
 
@@ -209,7 +210,10 @@ class AmHttpServer:
         except BadRequest as exc:
             return self._signed(400, {"error": f"bad request: {exc}"}, nonce)
         answer = await self._wait_spec(task, attempt, container, timeout)
-        return self._signed(204, None, nonce) if answer is None else self._signed(200, answer, nonce)
+        if answer is None:
+            return self._signed(204, None, nonce)
+        gzipped = "gzip" in request.headers.get("accept-encoding", "")
+        return self._signed(200, answer, nonce, gzipped=gzipped)
 
     def _public_body(self, page: bool) -> bytes:
         status = self.status_fn(False)
@@ -266,17 +270,21 @@ class AmHttpServer:
             return False, None
         return self.proxy_viewer(report.proxy_user(request.headers.get("cookie"))), None
 
-    def _signed(self, status: int, payload, nonce, content_type: str = "application/json") -> Response:
+    def _signed(self, status: int, payload, nonce, content_type: str = "application/json",
+                gzipped: bool = False) -> Response:
+        digest, extra = None, ()
         if isinstance(payload, bytes):
             body = payload
         elif payload is None:
             body = b""
-        elif hasattr(payload, "to_json_bytes"):
-            body = payload.to_json_bytes()
+        elif isinstance(payload, SpecAnswer):  # (its bytes and their hash are mostly made once per view)
+            body, digest = payload.wire(gzipped)
+            extra = (("Content-Encoding", "gzip"),) if gzipped else ()
         else:
             body = json.dumps(payload).encode()
-        headers = ((RESPONSE_HEADER, self.verifier.sign_answer(nonce, status, body)),) if nonce is not None else ()
-        return Response(status, body, content_type, headers)
+        headers = ((RESPONSE_HEADER, self.verifier.sign_answer(nonce, status, body, digest)),) \
+            if nonce is not None else ()
+        return Response(status, body, content_type, headers + extra)
 
     def _route(self, path: str, body: dict) -> dict | None:
         c = self.coordinator

@@ -54,18 +54,23 @@ class AmChannel:
         has been silent for give_up_after_s. A signed client error is final."""
         return self._call(method, target, body, timeout, json_answer, MAX_ANSWER)
 
+    def call_gzip_ok(self, method: str, target: str, timeout: float = 10.0) -> tuple[int, dict | None]:
+        """call, for a large answer the AM may compress (the spec)."""
+        return self._call(method, target, None, timeout, json_answer, MAX_ANSWER, gzip_ok=True)
+
     def call_raw(self, method: str, target: str, body: dict | None = None, timeout: float = 10.0,
                  max_bytes: int = MAX_SRC_ANSWER) -> tuple[int, bytes]:
         """call, for an answer that need not be JSON (the src_dir archive)."""
         return self._call(method, target, body, timeout, bytes, max_bytes)
 
-    def _call(self, method: str, target: str, body: dict | None, timeout: float, parse, max_bytes: int):
+    def _call(self, method: str, target: str, body: dict | None, timeout: float, parse, max_bytes: int,
+              gzip_ok: bool = False):
         delay = 0.2
         while True:
             sent_at = time.monotonic()
             try:
                 status, raw = call_signed(self.signer, self.base_url, method, target, body, timeout,
-                                          keep_alive=self.connection, max_bytes=max_bytes)
+                                          keep_alive=self.connection, max_bytes=max_bytes, gzip_ok=gzip_ok)
                 if status < 500:
                     self.heard(sent_at)
                 if status < 400:
@@ -106,6 +111,6 @@ class AmChannel:
 
     def wait_spec(self, task: str, attempt: int, container: str, timeout: float = 20.0) -> dict | None:
         query = urllib.parse.urlencode({"task": task, "attempt": attempt, "container": container, "timeout": timeout})
-        status, answer = self.call("GET", f"/v1/spec?{query}", timeout=timeout + 10)  # (the AM waits up to timeout)
+        status, answer = self.call_gzip_ok("GET", f"/v1/spec?{query}", timeout=timeout + 10)  # (the AM waits up to timeout)
         return answer if status == 200 else None
 

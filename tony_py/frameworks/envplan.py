@@ -7,10 +7,17 @@ task its env plus the shared values it refers to, serialized once per view, and 
 expands the references (`expand`). A 2,000-task TensorFlow job therefore sends each task the
 cluster once instead of three times (the view, CLUSTER_SPEC, TF_CONFIG, each escaped), with no
 per-task JSON encoding of it, and a PyTorch task, which needs no cluster, gets none.
+
+On the wire (`SpecAnswer.wire`) the shared values come first, so their bytes, compressed or not,
+and the state of the sha256 the answer's signature covers are made once per view: each task's
+answer adds only its own env (a gzip member of its own where the executor takes gzip; gzip's
+members concatenate). A 10,000-task TensorFlow cluster is ~270 KB of JSON and ~50 KB gzipped.
 """
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import json
 import re
 from typing import Callable
@@ -50,6 +57,7 @@ class EnvPlan:
         self.env_for = env_for
         self.shared = shared or {}
         self._json: dict[frozenset, bytes] = {}
+        self._heads: dict[tuple[frozenset, bool], tuple[bytes, object]] = {}
 
     def env(self, task) -> dict[str, str]:
         return self.env_for(task)
@@ -64,6 +72,16 @@ class EnvPlan:
                                            separators=(",", ":")).encode()
         return self._json[names]
 
+    def head(self, names: frozenset, gzipped: bool) -> tuple[bytes, object]:
+        """The start of every answer that refers to `names` (the shared values, then the key of
+        the task's env), as sent, and a sha256 that has hashed it: made once per view."""
+        key = (names, gzipped)
+        if key not in self._heads:
+            raw = b'{"shared":' + self.shared_json(names) + b',"env":'
+            sent = gzip.compress(raw, compresslevel=6, mtime=0) if gzipped else raw
+            self._heads[key] = (sent, hashlib.sha256(sent))
+        return self._heads[key]
+
 
 class SpecAnswer:
     """The answer to a task's spec long-poll: its env and the shared values it refers to."""
@@ -76,6 +94,13 @@ class SpecAnswer:
         names = self.plan.referenced(self.env)
         return {"env": self.env, "shared": {n: self.plan.shared[n] for n in names}}
 
-    def to_json_bytes(self) -> bytes:
-        names = self.plan.referenced(self.env)
-        return b'{"env":' + json.dumps(self.env).encode() + b',"shared":' + self.plan.shared_json(names) + b"}"
+    def wire(self, gzipped: bool = False) -> tuple[bytes, str]:
+        """The answer's body as sent (gzip-compressed, or JSON) and its sha256 hex digest (what its
+        signature covers): only the task's own env is encoded, compressed and hashed here."""
+        head, hashed = self.plan.head(self.plan.referenced(self.env), gzipped)
+        tail = json.dumps(self.env).encode() + b"}"
+        if gzipped:
+            tail = gzip.compress(tail, compresslevel=1, mtime=0)
+        digest = hashed.copy()
+        digest.update(tail)
+        return head + tail, digest.hexdigest()
