@@ -112,12 +112,11 @@ class Coordinator(Job):
             type_name = self.book.granted(data.get("allocation_request_id"), data.get("priority"))
             task = None
             if self.decision is None and type_name is not None:
-                task = next((t for t in self.tasks.values()
-                             if t.id.type == type_name and t.state == TaskState.PENDING and t.container is None), None)
+                task = self.next_to_grant(type_name)
             if task is None:
                 self.port.release(container.id)  # surplus, or the job is already ending
                 return
-            task.container = task.last_container = container
+            self.give_container(task, container)
             if not self._assign_gpus(task, container):
                 return
             task.state = TaskState.ALLOCATED

@@ -37,6 +37,7 @@ class Recovery:
         self.job = job
         self.port = port
         self.book = book
+        self._finishing: list | None = None  # [the tasks, a cursor] while FINISHING (maybe_done)
 
     # ---- containers ------------------------------------------------------------------------
     def request_missing(self) -> int:
@@ -294,13 +295,21 @@ class Recovery:
         self.maybe_done()
 
     def maybe_done(self) -> None:
+        """DONE once no container is left to end (or FINISH_GRACE_S ran out). Called on every
+        container's end: a task that stopped being waited for in FINISHING is never waited for
+        again (no container is granted then), so a cursor passes each task once, not once per end."""
         job = self.job
         if job.state != JobState.FINISHING:
             return
-        waiting = [t for t in job.live() if not t.state.finished or t.stopping]
-        if not waiting or (job.finish_deadline and job.clock() >= job.finish_deadline):
-            for task in waiting:
-                if not task.state.finished:
+        if self._finishing is None:
+            self._finishing = [list(job.tasks.values()), 0]
+        order, cursor = self._finishing
+        while cursor < len(order) and not _waited_for(order[cursor]):
+            cursor += 1
+        self._finishing[1] = cursor
+        if cursor == len(order) or (job.finish_deadline and job.clock() >= job.finish_deadline):
+            for task in order[cursor:]:
+                if _waited_for(task) and not task.state.finished:
                     task.state = TaskState.STOPPED
             job.mark("done")
             job.enter(JobState.DONE)
@@ -309,3 +318,8 @@ class Recovery:
         tracked = [t for t in self.job.tasks.values() if t.tracked and t.state != TaskState.PARKED]
         done = sum(1 for t in tracked if t.state.finished)
         self.port.set_progress(done / len(tracked) if tracked else 1.0)
+
+
+def _waited_for(task: Task) -> bool:
+    """FINISHING waits for this task's container to end."""
+    return task.container is not None and (not task.state.finished or task.stopping)

@@ -73,6 +73,9 @@ class Job:
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         self.tasks: dict[str, Task] = {str(t): Task(t, tracked=spec.is_tracked(t.type)) for t in spec.tasks()}
+        self._of_type: dict[str, list[Task]] = {}  # (tasks are fixed for the AM's life)
+        self._grant_cursor: dict[str, int] = {}  # next_to_grant
+        self._by_container: dict[str, Task] = {}  # task_for_container's hints
         self.events = events or EventLog(clock)
         self.state = JobState.ALLOCATING
         self.attempt = 0  # the gang attempt: 0, then 1 after the first gang restart, ...
@@ -123,9 +126,32 @@ class Job:
         self.timeline.setdefault(f"{phase}@{self.attempt}" if self.attempt else phase, self.clock())
 
     def task_for_container(self, container_id: str) -> Task | None:
+        known = self._by_container.get(container_id)  # (checked: a hint, never the truth)
+        if known is not None and known.container is not None and known.container.id == container_id:
+            return known
         for task in self.tasks.values():
             if task.container is not None and task.container.id == container_id:
+                self._by_container[container_id] = task
                 return task
+        return None
+
+    def give_container(self, task: Task, container) -> None:
+        """The task gets this container (YARN granted it)."""
+        task.container = task.last_container = container
+        self._by_container[container.id] = task
+
+    def next_to_grant(self, type_name: str) -> Task | None:
+        """A PENDING task of this type with no container, for a container YARN granted: the
+        search starts after the task the last grant went to and wraps, so a job of thousands
+        does not scan the tasks granted already, and misses none that became PENDING again."""
+        tasks = self._of_type.get(type_name)
+        if tasks is None:
+            tasks = self._of_type[type_name] = [t for t in self.tasks.values() if t.id.type == type_name]
+        start = self._grant_cursor.get(type_name, 0)
+        for i in [*range(start, len(tasks)), *range(0, min(start, len(tasks)))]:
+            if tasks[i].state == TaskState.PENDING and tasks[i].container is None:
+                self._grant_cursor[type_name] = i + 1
+                return tasks[i]
         return None
 
     def live(self) -> list[Task]:

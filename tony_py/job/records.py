@@ -41,7 +41,11 @@ class TaskState(str, enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.PREEMPTED, TaskState.PARKED)
+        return self in _FINISHED  # (a set: asked for every task on every container's end)
+
+
+_FINISHED = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.STOPPED, TaskState.PREEMPTED,
+                       TaskState.PARKED})
 
 
 class FailureKind(str, enum.Enum):
