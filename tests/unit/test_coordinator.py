@@ -796,3 +796,16 @@ def test_the_chief_is_never_parked(tmp_path):
     h.clock.now += 6
     h.c.tick()
     assert h.c.final_status == "FAILED" and "allocation timed out" in h.c.decision.message
+
+
+def test_a_grant_goes_to_a_task_that_became_pending_again_behind_the_search_cursor(tmp_path):
+    """next_to_grant starts after the last task granted (a job of thousands), and wraps: a task
+    made PENDING again before that point is still found."""
+    h = Harness(tmp_path, "tony.worker.instances=3")
+    cids = [h.allocate("worker") for _ in range(3)]
+    first = h.c.tasks["worker:0"]
+    first.reset_for_attempt(first.attempt, keep_container=False)
+    assert first.state == TaskState.PENDING and first.container is None
+    assert h.c.next_to_grant("worker") is first
+    assert h.c.task_for_container(cids[1]) is h.c.tasks["worker:1"]
+    assert h.c.task_for_container(cids[0]) is None  # worker:0 let its container go
