@@ -25,8 +25,12 @@ payload like a real executor's. Measured per executor count:
 With --compare-observability each size also runs without metrics and without the job history
 (alternating runs), and `observability_cost` gives the difference in AM CPU.
 
+With --client-procs N the simulated executors are spread over N processes (one Python process
+cannot keep 10,000 heartbeats a second); heartbeats_per_s is what reached the AM in the steady
+window, next to heartbeats_per_s_asked (one per executor per interval).
+
 Usage: bench/scale.py [--executors 200 1000 2000] [--steady-s 20] [--framework tensorflow]
-                      [--compare-observability]
+                      [--client-procs 1] [--compare-observability]
 """
 
 from __future__ import annotations
@@ -209,6 +213,7 @@ class Executor:
         self.beats = 0
         self.errors = 0
         self.check_content = hash(name) % 20 == 0
+        self.beat_times: list[float] = []  # (CLOCK_MONOTONIC: one clock for every process here)
 
     def _body(self, **extra) -> dict:
         return {"task": self.name, "attempt": 0, "container": self.container, **extra}
@@ -235,6 +240,7 @@ class Executor:
                 await self.conn.call(self.signer, "POST", "/v1/heartbeat", self._body(**extra), timeout=10)
                 self.last_beat = time.monotonic()
                 self.beats += 1
+                self.beat_times.append(self.last_beat)
             except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError):
                 self.errors += 1
             try:
@@ -243,14 +249,72 @@ class Executor:
                 pass
 
 
+class HelperClients:
+    """Some of the simulated executors in a process of their own (--client-procs): one Python
+    process cannot keep 10,000 executors' heartbeats at one a second, and the bench is about
+    what the AM does with them."""
+
+    def __init__(self, info: dict, secret: str, index: int, procs: int, heartbeat_s: float, metrics_every: int):
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--client-child", f"{index}/{procs}", "--heartbeat-s", str(heartbeat_s),
+             "--metrics-every", str(metrics_every)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ, TONY_BENCH_SECRET=secret))
+        self.proc.stdin.write(json.dumps(info) + "\n")
+        self.proc.stdin.flush()
+
+    async def _line(self) -> dict:
+        line = await asyncio.get_running_loop().run_in_executor(None, self.proc.stdout.readline)
+        if not line:
+            raise RuntimeError("a client process ended early")
+        return json.loads(line)
+
+    async def specs_held(self) -> list[tuple[float, float, int]]:
+        """(registered_at, spec_at, spec bytes) of each of its executors, once all hold their spec."""
+        return [tuple(x) for x in (await self._line())["held"]]
+
+    async def stop(self) -> dict:
+        self.proc.stdin.close()
+        end = await self._line()
+        self.proc.wait()
+        return end
+
+
+def client_child(index: int, procs: int, heartbeat_s: float, metrics_every: int) -> None:
+    info = json.loads(sys.stdin.readline())
+    secret = os.environ["TONY_BENCH_SECRET"]
+    port = int(info["url"].rsplit(":", 1)[1])
+
+    async def run() -> None:
+        executors = [Executor(n, c, secret, port, heartbeat_s, metrics_every)
+                     for n, c in list(info["assignments"].items())[index::procs]]
+        stop = asyncio.Event()
+        runs = [asyncio.create_task(e.run(stop)) for e in executors]
+        while not all(e.spec_at for e in executors):
+            failed = [r for r in runs if r.done() and r.exception()]
+            if failed:
+                raise RuntimeError(f"an executor failed: {failed[0].exception()!r}")
+            await asyncio.sleep(0.05)
+        print(json.dumps({"held": [(e.registered_at, e.spec_at, e.spec_bytes) for e in executors]}), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent says stop
+        stop.set()
+        await asyncio.gather(*runs, return_exceptions=True)
+        print(json.dumps({"beat_times": [b for e in executors for b in e.beat_times],
+                          "errors": sum(e.errors for e in executors)}), flush=True)
+
+    asyncio.run(run())
+
+
 async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat_s: float, window_s: float,
-                observe: bool = True) -> dict:
+                observe: bool = True, client_procs: int = 1) -> dict:
     import psutil
 
     port = int(info["url"].rsplit(":", 1)[1])
     defaults = JobSpec.__dataclass_fields__
     metrics_every = max(1, round(defaults["metrics_interval_ms"].default / 1000 / heartbeat_s)) if observe else 0
-    executors = [Executor(n, c, secret, port, heartbeat_s, metrics_every) for n, c in info["assignments"].items()]
+    assignments = list(info["assignments"].items())
+    helpers = [HelperClients(info, secret, i, client_procs, heartbeat_s, metrics_every)
+               for i in range(1, client_procs)]  # executors i, i+k, ... in a process of their own
+    executors = [Executor(n, c, secret, port, heartbeat_s, metrics_every) for n, c in assignments[::client_procs]]
     stop = asyncio.Event()
     runs = [asyncio.create_task(e.run(stop)) for e in executors]
     while not all(e.spec_at for e in executors):
@@ -258,14 +322,15 @@ async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat
         if failed:
             raise RuntimeError(f"an executor failed: {failed[0].exception()!r}")
         await asyncio.sleep(0.05)
-    last_registration = max(e.registered_at for e in executors)
-    waits = sorted(e.spec_at - last_registration for e in executors)
+    held = [e for h in helpers for e in await h.specs_held()]
+    last_registration = max([e.registered_at for e in executors] + [r for r, _, _ in held])
+    waits = sorted([e.spec_at - last_registration for e in executors] + [s - last_registration for _, s, _ in held])
     await asyncio.sleep(2 * heartbeat_s + 1)  # every executor into its heartbeat rhythm
 
     am = psutil.Process(am_pid)
-    cpu0, t0, beats0 = am.cpu_times(), time.monotonic(), sum(e.beats for e in executors)
+    cpu0, t0 = am.cpu_times(), time.monotonic()
     await asyncio.sleep(steady_s)
-    cpu1, t1, beats1 = am.cpu_times(), time.monotonic(), sum(e.beats for e in executors)
+    cpu1, t1 = am.cpu_times(), time.monotonic()
     rss = am.memory_info().rss
 
     client, viewer = Signer(secret, "client-bench"), Connection(port)
@@ -291,19 +356,24 @@ async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat
         if lost:  # the AM's own account: how long the executor had been silent when it decided
             detected, silent_at_detection = time.monotonic(), lost[0].get("silent_s")
     stop.set()
+    helper_ends = [await h.stop() for h in helpers]
     await asyncio.gather(*runs, return_exceptions=True)
     for e in executors:
         e.conn.close()
     viewer.close()
+    beats = sum(1 for e in executors for b in e.beat_times if t0 <= b < t1) \
+        + sum(1 for end in helper_ends for b in end["beat_times"] if t0 <= b < t1)
     return {
-        "executors": len(executors),
+        "executors": len(assignments),
         "spec_p50_s": round(statistics.median(waits), 3),
         "spec_all_p99_s": round(waits[min(len(waits) - 1, int(len(waits) * 0.99))], 3),
         "spec_max_s": round(waits[-1], 3),
-        "spec_total_mb": round(sum(e.spec_bytes for e in executors) / 2**20, 2),
-        "spec_bytes_each": max(e.spec_bytes for e in executors),
-        "heartbeats_per_s": round((beats1 - beats0) / (t1 - t0), 1),
-        "heartbeat_errors": sum(e.errors for e in executors),
+        "spec_total_mb": round((sum(e.spec_bytes for e in executors) + sum(b for _, _, b in held)) / 2**20, 2),
+        "spec_bytes_each": max([e.spec_bytes for e in executors] + [b for _, _, b in held]),
+        "heartbeats_per_s": round(beats / (t1 - t0), 1),
+        "heartbeats_per_s_asked": round(len(assignments) / heartbeat_s, 1),
+        "heartbeat_errors": sum(e.errors for e in executors) + sum(end["errors"] for end in helper_ends),
+        "client_procs": client_procs,
         "am_cpu_cores": round((cpu1.user + cpu1.system - cpu0.user - cpu0.system) / (t1 - t0), 4),
         "am_cpu_user_cores": round((cpu1.user - cpu0.user) / (t1 - t0), 4),
         "am_cpu_system_cores": round((cpu1.system - cpu0.system) / (t1 - t0), 4),
@@ -318,7 +388,7 @@ async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat
 
 
 def measure(executors: int, steady_s: float, framework: str, heartbeat_s: float | None = None,
-            observe: bool = True) -> dict:
+            observe: bool = True, client_procs: int = 1) -> dict:
     secret = secrets.token_hex(32)
     defaults = JobSpec.__dataclass_fields__
     window_s = defaults["heartbeat_interval_ms"].default / 1000 * defaults["max_missed_heartbeats"].default
@@ -331,7 +401,8 @@ def measure(executors: int, steady_s: float, framework: str, heartbeat_s: float 
             line = am.stdout.readline()
             if not line:
                 raise RuntimeError("the simulated AM did not start")
-            result = asyncio.run(drive(json.loads(line), secret, am.pid, steady_s, heartbeat_s, window_s, observe))
+            result = asyncio.run(drive(json.loads(line), secret, am.pid, steady_s, heartbeat_s, window_s, observe,
+                                       client_procs))
         finally:
             am.stdin.close()
             am.kill()
@@ -352,10 +423,21 @@ def main() -> int:
                         "(default: tony.task.heartbeat-interval-ms's default); detection is measured against the default")
     parser.add_argument("--compare-observability", action="store_true",
                         help="also run each size without metrics and job history, alternating, to show what they cost")
+    parser.add_argument("--client-procs", type=int, default=1,
+                        help="processes the simulated executors are spread over (10,000 need more than one)")
     parser.add_argument("--no-observability", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--client-child", help=argparse.SUPPRESS)
+    parser.add_argument("--metrics-every", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--am-child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     opts = parser.parse_args()
+    if opts.client_child:
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(resource.getrlimit(resource.RLIMIT_NOFILE)[1], 65536),
+                                                    resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        index, procs = (int(x) for x in opts.client_child.split("/"))
+        client_child(index, procs, opts.heartbeat_s, opts.metrics_every)
+        return 0
     if opts.am_child:
         am_child(opts.am_child, opts.framework, os.environ["TONY_BENCH_SECRET"], opts.workdir,
                  not opts.no_observability)
@@ -365,7 +447,7 @@ def main() -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 65536), hard))  # thousands of sockets at once
     results, compared = [], []
     for n in opts.executors:
-        results.append(measure(n, opts.steady_s, opts.framework, opts.heartbeat_s))
+        results.append(measure(n, opts.steady_s, opts.framework, opts.heartbeat_s, client_procs=opts.client_procs))
         if opts.compare_observability:  # alternate: with, without, with, without (the machine is noisy)
             bare = measure(n, opts.steady_s, opts.framework, opts.heartbeat_s, observe=False)
             again = measure(n, opts.steady_s, opts.framework, opts.heartbeat_s)

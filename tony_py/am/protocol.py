@@ -24,6 +24,9 @@ from tony_py.frameworks.envplan import EnvPlan, SpecAnswer
 from tony_py.job.records import FailureKind, TaskState
 
 
+_IN_THE_GANG = frozenset({TaskState.REGISTERED, TaskState.RUNNING, TaskState.PARKED})
+
+
 class ExecutorProtocol:
     def __init__(self, job: Job, recovery: Recovery):
         self.job = job
@@ -31,6 +34,8 @@ class ExecutorProtocol:
         self._plan: tuple[tuple, dict, EnvPlan] | None = None
         self._announced: set[str] = set()  # fences a waiting gang has been told about
         self._dense: tuple | None = None  # (view, {task: its id in that gang}, gang size): _numbering
+        self._stage_tasks: tuple | None = None  # (stage, its tasks): gang_complete
+        self._holdout = 0  # where gang_complete found the gang incomplete last
 
     # ---- which copy of a task is calling, and is it current --------------------------------
     def lookup(self, name: str, attempt: int, container_id: str | None,
@@ -101,13 +106,21 @@ class ExecutorProtocol:
 
     def gang_complete(self) -> bool:
         """Every task of the current stage registered in this attempt (a sidecar that failed is
-        left out)."""
+        left out). Asked on every registration: the check starts at the task that held the gang
+        back last time, so a gang of thousands registering in order costs a step each, not a scan
+        each; any answer of True has looked at every task."""
         job = self.job
-        return all(
-            t.state in (TaskState.REGISTERED, TaskState.RUNNING, TaskState.PARKED)
-            or (t.id.type in job.spec.sidecar and t.state == TaskState.FAILED)
-            for t in job.tasks.values() if job.spec.stage_of(t.id.type) == job.stage
-        )
+        if self._stage_tasks is None or self._stage_tasks[0] != job.stage:
+            self._stage_tasks = (job.stage, [t for t in job.tasks.values()
+                                             if job.spec.stage_of(t.id.type) == job.stage])
+        tasks = self._stage_tasks[1]
+        start = self._holdout if self._holdout < len(tasks) else 0
+        for i in [*range(start, len(tasks)), *range(0, start)]:
+            t = tasks[i]
+            if not (t.state in _IN_THE_GANG or (t.id.type in job.spec.sidecar and t.state == TaskState.FAILED)):
+                self._holdout = i
+                return False
+        return True
 
     def serve_if_complete(self) -> None:
         """GANG: once every task registered, and no earlier copy of one of them may still be
