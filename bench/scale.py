@@ -249,6 +249,19 @@ class Executor:
                 pass
 
 
+async def start_executors(assignments, secret: str, port: int, heartbeat_s: float, metrics_every: int):
+    """Run these executors until each holds its spec: (executors, their stop event, their tasks)."""
+    executors = [Executor(n, c, secret, port, heartbeat_s, metrics_every) for n, c in assignments]
+    stop = asyncio.Event()
+    runs = [asyncio.create_task(e.run(stop)) for e in executors]
+    while not all(e.spec_at for e in executors):
+        failed = [r for r in runs if r.done() and r.exception()]
+        if failed:
+            raise RuntimeError(f"an executor failed: {failed[0].exception()!r}")
+        await asyncio.sleep(0.05)
+    return executors, stop, runs
+
+
 class HelperClients:
     """Some of the simulated executors in a process of their own (--client-procs): one Python
     process cannot keep 10,000 executors' heartbeats at one a second, and the bench is about
@@ -285,15 +298,8 @@ def client_child(index: int, procs: int, heartbeat_s: float, metrics_every: int)
     port = int(info["url"].rsplit(":", 1)[1])
 
     async def run() -> None:
-        executors = [Executor(n, c, secret, port, heartbeat_s, metrics_every)
-                     for n, c in list(info["assignments"].items())[index::procs]]
-        stop = asyncio.Event()
-        runs = [asyncio.create_task(e.run(stop)) for e in executors]
-        while not all(e.spec_at for e in executors):
-            failed = [r for r in runs if r.done() and r.exception()]
-            if failed:
-                raise RuntimeError(f"an executor failed: {failed[0].exception()!r}")
-            await asyncio.sleep(0.05)
+        executors, stop, runs = await start_executors(list(info["assignments"].items())[index::procs], secret, port,
+                                                      heartbeat_s, metrics_every)
         print(json.dumps({"held": [(e.registered_at, e.spec_at, e.spec_bytes) for e in executors]}), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)  # until the parent says stop
         stop.set()
@@ -314,14 +320,8 @@ async def drive(info: dict, secret: str, am_pid: int, steady_s: float, heartbeat
     assignments = list(info["assignments"].items())
     helpers = [HelperClients(info, secret, i, client_procs, heartbeat_s, metrics_every)
                for i in range(1, client_procs)]  # executors i, i+k, ... in a process of their own
-    executors = [Executor(n, c, secret, port, heartbeat_s, metrics_every) for n, c in assignments[::client_procs]]
-    stop = asyncio.Event()
-    runs = [asyncio.create_task(e.run(stop)) for e in executors]
-    while not all(e.spec_at for e in executors):
-        failed = [r for r in runs if r.done() and r.exception()]
-        if failed:
-            raise RuntimeError(f"an executor failed: {failed[0].exception()!r}")
-        await asyncio.sleep(0.05)
+    executors, stop, runs = await start_executors(assignments[::client_procs], secret, port, heartbeat_s,
+                                                  metrics_every)
     held = [e for h in helpers for e in await h.specs_held()]
     last_registration = max([e.registered_at for e in executors] + [r for r, _, _ in held])
     waits = sorted([e.spec_at - last_registration for e in executors] + [s - last_registration for _, s, _ in held])
