@@ -313,7 +313,7 @@ def call_signed(signer: Signer, base_url: str, method: str, target: str, payload
         signer.check_answer(nonce[0], status, raw, signature)
     except AuthError:
         raise UnsignedAnswer(status) from None
-    if encoding == "gzip":
+    if encoding == "gzip" and gzip_ok:  # (the header is not signed: the bytes are, and they decide)
         raw = gunzip(raw, max_bytes)
     elif encoding not in (None, "", "identity"):
         raise ValueError(f"an answer in an encoding not asked for: {encoding}")
@@ -328,7 +328,10 @@ def gunzip(raw: bytes, max_bytes: int) -> bytes:
     size = 0
     while rest:
         member = zlib.decompressobj(wbits=31)
-        data = member.decompress(rest, max_bytes + 1 - size)
+        try:
+            data = member.decompress(rest, max_bytes + 1 - size)
+        except zlib.error as exc:  # a caller retries a garbled answer (ValueError) rather than dying
+            raise ValueError(f"a compressed answer that does not decompress: {exc}") from None
         size += len(data)
         if size > max_bytes or member.unconsumed_tail:
             raise ValueError(f"a compressed answer of more than the {max_bytes} bytes expected")

@@ -314,14 +314,19 @@ def test_a_held_back_node_is_given_back_when_no_other_node_grants_the_replacemen
     h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=2")
     h.bring_up()
     silent = h.c.tasks["worker:1"].container.node_id
-    h.clock.now += 6
+    h.clock.now += 3
     h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {})
-    h.c.tick()
+    h.clock.now += 3
+    h.c.tick()  # the gang restart asks for two containers
     assert h.c.restarts_used == 1 and h.port.blacklisted == [silent]
     h.clock.now += recovery.AVOID_UNMET_S - 0.5
     h.c.tick()
     assert h.port.blacklisted == [silent]
-    h.clock.now += 0.5
+    h.allocate("worker")  # another node granted one of the two: the hold is still worth it
+    h.clock.now += recovery.AVOID_UNMET_S - 0.5
+    h.c.tick()
+    assert h.port.blacklisted == [silent]
+    h.clock.now += 0.5  # then nothing for AVOID_UNMET_S
     h.c.tick()
     assert h.port.blacklisted == []
     assert any(f"{silent} takes new containers again" in e["message"] for e in h.c.events.recent)
@@ -798,10 +803,11 @@ def test_the_chief_is_never_parked(tmp_path):
     assert h.c.final_status == "FAILED" and "allocation timed out" in h.c.decision.message
 
 
-def test_a_grant_goes_to_a_task_that_became_pending_again_behind_the_search_cursor(tmp_path):
-    """next_to_grant starts after the last task granted (a job of thousands), and wraps: a task
-    made PENDING again before that point is still found."""
-    h = Harness(tmp_path, "tony.worker.instances=3")
+def test_a_grant_goes_to_the_lowest_pending_task_though_the_search_starts_where_it_stopped(tmp_path):
+    """next_to_grant starts after the last task granted (a job of thousands), and from the first
+    again once a task became PENDING again: worker:0 (the chief, here) is granted before
+    worker:3 and worker:4, as a full scan would."""
+    h = Harness(tmp_path, "tony.worker.instances=5")
     cids = [h.allocate("worker") for _ in range(3)]
     first = h.c.tasks["worker:0"]
     first.reset_for_attempt(first.attempt, keep_container=False)

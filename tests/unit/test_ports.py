@@ -10,6 +10,7 @@ import pytest
 
 from tony_py.cluster import ports
 from tony_py.cluster.definition import STATE_FILE
+from tony_py.errors import SetupError
 
 
 @pytest.fixture(autouse=True)
@@ -71,4 +72,11 @@ def test_down_releases_and_a_new_up_replaces_its_own_claim(tmp_path, registry):
 def test_the_registry_is_this_users_alone(registry):
     ports.release_ports(registry.parent / "x")
     assert registry.stat().st_mode & 0o777 == 0o700
-    assert ports.CLAIMS_DEFAULT.name == f"tony-py-port-claims-{os.getuid()}"
+    assert ports.CLAIMS_DEFAULT.name == "port-claims" and ports.CLAIMS_DEFAULT.parent.name == "tony-py"
+
+
+def test_a_registry_another_user_may_write_to_is_refused(registry):
+    registry.mkdir(mode=0o777)
+    registry.chmod(0o777)
+    with pytest.raises(SetupError, match="writable by other users"):
+        ports.claim_ports(registry.parent / "c", 3)

@@ -14,7 +14,7 @@ from harness import Harness
 from tony_py.am import report
 from tony_py.am import server as server_module
 from tony_py.am.server import AmHttpServer, JobFiles
-from tony_py.auth import RESPONSE_HEADER, Signer, UnsignedAnswer, Verifier, call_json, gunzip
+from tony_py.auth import REQUEST_HEADER, RESPONSE_HEADER, Signer, UnsignedAnswer, Verifier, call_json, call_signed, gunzip
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.settings import Instruction, Settings
 from tony_py.executor.supervisor import Executor
@@ -241,6 +241,34 @@ def test_a_spec_comes_gzipped_to_an_executor_that_takes_it_signed_over_what_was_
     assert fields["content-encoding"] == "gzip" and body[:2] == b"\x1f\x8b"
     am.signer.check_answer(nonce, 200, body, fields[RESPONSE_HEADER.lower()])
     assert json.loads(gunzip(body, 1 << 20)) == plain
+
+
+def test_a_gzip_header_on_an_answer_not_asked_for_in_gzip_is_refused_not_inflated(am):
+    """Content-Encoding is not signed: an answer only the caller that asked for gzip inflates,
+    and one that does not decompress is a garbled answer (retried), never a crash."""
+    verifier = Verifier(SECRET, "127.0.0.1:80")
+
+    class Forged:
+        """Answers validly signed plain JSON with a Content-Encoding added on the way."""
+
+        def __init__(self, body):
+            self.body = body
+
+        def exchange(self, origin, method, target, body, make_headers, timeout, max_bytes):
+            headers = make_headers()
+            nonce = verifier.check(method, target, body, headers[REQUEST_HEADER])
+            return 200, self.body, verifier.sign_answer(nonce, 200, self.body), "gzip"
+
+    with pytest.raises(ValueError, match="not asked for"):
+        call_signed(am.signer, "http://127.0.0.1:80", "POST", "/v1/heartbeat", {}, 5, keep_alive=Forged(b"{}"))
+    with pytest.raises(ValueError, match="does not decompress"):
+        call_signed(am.signer, "http://127.0.0.1:80", "GET", "/v1/spec", None, 5, keep_alive=Forged(b"{}"),
+                    gzip_ok=True)
+    call_json(am.signer, am.url, "POST", "/v1/register", register_body(am), 5)
+    cid = am.h.containers["worker:0"]
+    query = f"task=worker:0&attempt=0&container={cid}&timeout=5"
+    status, raw = call_signed(am.signer, am.url, "GET", f"/v1/spec?{query}", None, 10, gzip_ok=True)
+    assert status == 200 and json.loads(raw)["env"]
 
 
 def test_a_compressed_answer_past_its_limit_or_cut_short_is_refused():

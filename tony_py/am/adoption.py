@@ -136,3 +136,4 @@ def _restore_task(job: Job, port, task: Task, record: TaskRecord, plan) -> None:
         task.state = TaskState.RUNNING
     else:
         task.state = TaskState.PENDING
+        Task.pending_again += 1

@@ -146,7 +146,8 @@ class Recovery:
         """Nodes held back past AVOID_NODE_S, or all of them once a request has gone unmet for
         AVOID_UNMET_S (the nodes left cannot take the replacement: the hold would only delay it)."""
         job = self.job
-        unmet = self.book.waiting and now - self.book.requested_at >= AVOID_UNMET_S
+        unmet_s = self.book.unmet_for(now)
+        unmet = unmet_s >= AVOID_UNMET_S
         for node_id, until in list(job.avoided.items()):
             if until <= now or unmet:
                 del job.avoided[node_id]
@@ -154,7 +155,7 @@ class Recovery:
                     self.port.unblacklist(node_id)
                 if until > now:
                     job.events.record(ev.NOTE, f"{node_id} takes new containers again: no other node granted "
-                                               f"one in {now - self.book.requested_at:.0f} s", node_id=node_id)
+                                               f"one in {unmet_s:.0f} s", node_id=node_id)
 
     # ---- copies of a task (fencing.py) ----------------------------------------------------------
     def supersede(self, task: Task, why: str) -> None:

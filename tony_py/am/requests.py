@@ -22,6 +22,7 @@ class RequestBook:
         self.ids = {t.name: i for i, t in enumerate(spec.types)}
         self.outstanding: dict[str, int] = {}  # containers asked for and not yet allocated
         self.requested_at = clock()  # when the current outstanding requests were made
+        self.last_grant_at: float | None = None  # when YARN last granted one of them
 
     def ask(self, pending: dict[str, int]) -> int:
         """Request what `pending` (PENDING tasks per type) is not already covered by."""
@@ -43,7 +44,14 @@ class RequestBook:
             name = next((n for n, rid in self.ids.items() if rid == priority), None)
         if name is not None and self.outstanding.get(name, 0) > 0:
             self.outstanding[name] -= 1
+            self.last_grant_at = self.clock()
         return name
+
+    def unmet_for(self, now: float) -> float:
+        """How long requests have been outstanding with nothing granted (0 when none is)."""
+        if not self.waiting:
+            return 0.0
+        return now - max(self.requested_at, self.last_grant_at or self.requested_at)
 
     def cancel(self, types: Iterable[str] | None = None) -> None:
         """Withdraw every outstanding request (of the given types)."""

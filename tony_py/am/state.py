@@ -75,6 +75,7 @@ class Job:
         self.tasks: dict[str, Task] = {str(t): Task(t, tracked=spec.is_tracked(t.type)) for t in spec.tasks()}
         self._of_type: dict[str, list[Task]] = {}  # (tasks are fixed for the AM's life)
         self._grant_cursor: dict[str, int] = {}  # next_to_grant
+        self._pending_seen = Task.pending_again
         self._by_container: dict[str, Task] = {}  # task_for_container's hints
         self.events = events or EventLog(clock)
         self.state = JobState.ALLOCATING
@@ -141,12 +142,16 @@ class Job:
         self._by_container[container.id] = task
 
     def next_to_grant(self, type_name: str) -> Task | None:
-        """A PENDING task of this type with no container, for a container YARN granted: the
-        search starts after the task the last grant went to and wraps, so a job of thousands
-        does not scan the tasks granted already, and misses none that became PENDING again."""
+        """The first PENDING task of this type (by index) with no container, for a container YARN
+        granted. The search starts after the task the last grant went to (a job of thousands
+        does not rescan the tasks granted already), from the first again once any task became
+        PENDING again (Task.pending_again), and wraps, so it misses none."""
         tasks = self._of_type.get(type_name)
         if tasks is None:
             tasks = self._of_type[type_name] = [t for t in self.tasks.values() if t.id.type == type_name]
+        if self._pending_seen != Task.pending_again:
+            self._pending_seen = Task.pending_again
+            self._grant_cursor.clear()
         start = self._grant_cursor.get(type_name, 0)
         for i in [*range(start, len(tasks)), *range(0, min(start, len(tasks)))]:
             if tasks[i].state == TaskState.PENDING and tasks[i].container is None:

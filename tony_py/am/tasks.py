@@ -9,6 +9,7 @@ about an older attempt are answered as stale.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from tony_py.config.spec import TaskId
 from tony_py.job.records import Container, Failure, TaskState
@@ -16,6 +17,9 @@ from tony_py.job.records import Container, Failure, TaskState
 
 @dataclass
 class Task:
+    # Bumped whenever a task becomes PENDING again: Job.next_to_grant then searches from the first.
+    pending_again: ClassVar[int] = 0
+
     id: TaskId
     tracked: bool
     state: TaskState = TaskState.PENDING
@@ -84,3 +88,4 @@ class Task:
             self.control_url = None
             self.launched_at = None
             self.state = TaskState.PENDING
+            Task.pending_again += 1

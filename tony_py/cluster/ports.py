@@ -6,7 +6,7 @@ ports only when it becomes active, and a daemon restarted with recovery (a NodeM
 binds its old ports again. A port that was merely free when a second cluster started could be
 that cluster's by then, and the fail-over or the restart fails for good (a standby that cannot
 bind stays standby). So every cluster claims its ports in a registry of this user's clusters (a
-file per cluster under one lock) and picks new ones outside every live claim. A claim lives while
+file per cluster under one lock, in a directory only this user may use) and picks new ones outside every live claim. A claim lives while
 its cluster's record lists a running daemon, or for a grace period after it was made (the
 daemons are starting); `down` releases it.
 """
@@ -19,18 +19,20 @@ import json
 import os
 import random
 import socket
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
 
+from tony_py import paths
 from tony_py.cluster.definition import STATE_FILE
 
 HOST = "127.0.0.1"
 PORTS_FROM = 20000  # the daemons' ports: from here up to the ephemeral range (32768 on Linux)
-CLAIMS_DEFAULT = Path(tempfile.gettempdir()) / f"tony-py-port-claims-{os.getuid()}"
+# Beside the clusters' own default workdirs, private to this user (paths.private_dir: a directory
+# another user made or may write to is refused, so no one plants links or claims in it).
+CLAIMS_DEFAULT = paths.default_cluster_workdir().parent / "port-claims"
 CLAIMS = CLAIMS_DEFAULT
 CLAIM_GRACE_S = 600.0  # a claim whose cluster has no running daemon yet stays this long
 
@@ -94,8 +96,8 @@ def free_ports(count: int, avoid: set[int] = frozenset()) -> list[int]:
 
 @contextmanager
 def _registry():
-    CLAIMS.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with open(CLAIMS / ".lock", "w") as lock:
+    paths.private_dir(CLAIMS)
+    with open(CLAIMS / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield CLAIMS
