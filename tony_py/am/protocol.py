@@ -12,6 +12,8 @@ the job's lock (the coordinator's entry points take it); the HTTP layer is serve
 
 from __future__ import annotations
 
+from itertools import chain
+
 from tony_py import frameworks
 from tony_py.am import events as ev
 from tony_py.am import policy
@@ -115,7 +117,7 @@ class ExecutorProtocol:
                                              if job.spec.stage_of(t.id.type) == job.stage])
         tasks = self._stage_tasks[1]
         start = self._holdout if self._holdout < len(tasks) else 0
-        for i in [*range(start, len(tasks)), *range(0, start)]:
+        for i in chain(range(start, len(tasks)), range(0, start)):
             t = tasks[i]
             if not (t.state in _IN_THE_GANG or (t.id.type in job.spec.sidecar and t.state == TaskState.FAILED)):
                 self._holdout = i

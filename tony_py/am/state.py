@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import threading
+from itertools import chain
 from typing import Callable
 
 from tony_py.am import events as ev
@@ -153,7 +154,7 @@ class Job:
             self._pending_seen = Task.pending_again
             self._grant_cursor.clear()
         start = self._grant_cursor.get(type_name, 0)
-        for i in [*range(start, len(tasks)), *range(0, min(start, len(tasks)))]:
+        for i in chain(range(start, len(tasks)), range(0, min(start, len(tasks)))):
             if tasks[i].state == TaskState.PENDING and tasks[i].container is None:
                 self._grant_cursor[type_name] = i + 1
                 return tasks[i]
