@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
 
             launch = early_launch(rest)  # the JVM starts while the client imports and checks
         module = importlib.import_module(COMMANDS[command])
-    except KeyboardInterrupt:
+    except BaseException as exc:  # noqa: BLE001 - an interrupt may come wrapped (guard.caused)
+        if not (isinstance(exc, KeyboardInterrupt) or (submits and guard.caused(exc))):
+            raise
         if launch is not None:
             launch.discard()
         return 130

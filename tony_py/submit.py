@@ -12,7 +12,9 @@ if __name__ == "__main__":
 
         launch = early_launch(sys.argv[1:])  # the JVM starts while the client imports and checks
         from tony_py.client.submit import main
-    except KeyboardInterrupt:
+    except BaseException as exc:  # noqa: BLE001 - an interrupt may come wrapped (guard.caused)
+        if not guard.caused(exc):
+            raise
         if launch is not None:
             launch.discard()
         sys.exit(130)

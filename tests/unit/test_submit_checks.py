@@ -227,6 +227,24 @@ def test_a_burst_of_signals_raises_once_and_the_handler_reaches_its_cleanup(monk
         pass
 
 
+def test_an_interrupt_wrapped_by_a_class_being_made_is_still_the_interrupt(monkeypatch):
+    """A Ctrl-C while an import makes a dataclass comes out of Python 3.11 as a RuntimeError
+    ("Error calling __set_name__"): the client's entry points still read it as the interrupt
+    (exit 130, no traceback; seen in CI), and any other error stays an error."""
+    guard = InterruptGuard()
+    monkeypatch.setattr(signal, "signal", lambda *a: None)
+    guard.install()
+
+    class Interrupting:
+        def __set_name__(self, owner, name):
+            guard._handle(signal.SIGINT, None)
+
+    with pytest.raises(BaseException) as caught:
+        type("Made", (), {"field": Interrupting()})
+    assert guard.caused(caught.value)
+    assert not InterruptGuard().caused(RuntimeError("a real error"))
+
+
 # ---- odd input of every kind: a one-line TonyError or a job, never anything else -----------------
 ODD = ["", " ", "=", "==", "a=b=c", "-", "--", "\x00", "\udcff", "é", "😀", "x" * 5000, "${", "${tony.x}", "$(id)",
        "`id`", "\\", '"', "'", "\n", "-1", "1e9", "nan", "inf", "0x10", "1_000", "２", "1.5", "hdfs://", "://",

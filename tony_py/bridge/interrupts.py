@@ -56,6 +56,11 @@ class InterruptGuard:
             self.raised = True
             raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
+    def caused(self, exc: BaseException) -> bool:
+        """Whether exc is the interrupt, or came of it: Python 3.11 turns a KeyboardInterrupt raised
+        while a class is being made (a dataclass's fields, during an import) into a RuntimeError."""
+        return isinstance(exc, KeyboardInterrupt) or self.raised
+
     @contextmanager
     def shielded(self):
         """Run a bridge call to completion; a signal received meanwhile is raised after it."""
