@@ -40,7 +40,7 @@ def test_a_claim_lives_while_its_cluster_runs_a_daemon_and_goes_when_none_runs(t
     for owner in (running, stopped):
         owner.mkdir()
     me = psutil.Process()
-    (running / STATE_FILE).write_text(json.dumps({"daemons": [{"pid": me.pid, "create_time": me.create_time()}]}))
+    (running / STATE_FILE).write_text(json.dumps({"daemons": [{"name": "namenode", "pid": me.pid, "create_time": me.create_time(), "log": "x"}]}))
     (stopped / STATE_FILE).write_text(json.dumps({"daemons": []}))
     kept, dropped = ports.claim_ports(running, 50), ports.claim_ports(stopped, 50)
     for owner in (running, stopped):

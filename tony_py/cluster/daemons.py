@@ -10,7 +10,8 @@ from pathlib import Path
 import psutil
 
 from tony_py.cluster import availability, definition
-from tony_py.cluster.ports import HOST
+
+HOST = "127.0.0.1"
 
 KIND = "processes"
 

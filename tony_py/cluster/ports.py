@@ -23,12 +23,11 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import psutil
 
 from tony_py import paths
+from tony_py.cluster.daemons import HOST, DaemonState
 from tony_py.cluster.definition import STATE_FILE
 
-HOST = "127.0.0.1"
 PORTS_FROM = 20000  # the daemons' ports: from here up to the ephemeral range (32768 on Linux)
 # Beside the clusters' own default workdirs, private to this user (paths.private_dir: a directory
 # another user made or may write to is refused, so no one plants links or claims in it).
@@ -124,14 +123,9 @@ def _live(claim: dict) -> bool:
         daemons = json.loads((Path(claim["workdir"]) / STATE_FILE).read_text()).get("daemons") or []
     except (OSError, ValueError, AttributeError):
         return False
-    return any(_running(d) for d in daemons)
-
-
-def _running(daemon: dict) -> bool:
     try:
-        proc = psutil.Process(int(daemon["pid"]))
-        return abs(proc.create_time() - float(daemon["create_time"])) <= 1.0 and proc.status() != psutil.STATUS_ZOMBIE
-    except (psutil.Error, KeyError, TypeError, ValueError):
+        return any(DaemonState(**d).process() is not None for d in daemons)
+    except TypeError:  # (a record this version does not read)
         return False
 
 
