@@ -31,6 +31,7 @@ class FakePort:
         self.blacklisted = []
         self.request_ids: dict[str, int] = {}  # the allocation-request id each type was asked under
         self.nodes = 10  # what YARN reports as the cluster's node count
+        self.heartbeats: list[int] = []  # each heartbeat interval the AM set, in order
 
     def request(self, request_id, task_type, count):
         self.requests.append((task_type.name, count))
@@ -52,7 +53,7 @@ class FakePort:
         self.progress = progress
 
     def set_heartbeat_interval(self, ms):
-        pass
+        self.heartbeats.append(ms)
 
     def blacklist(self, node_id):
         self.blacklisted.append(node_id)

@@ -33,6 +33,27 @@ def test_happy_path_two_workers(tmp_path):
     assert h.c.done
 
 
+def test_an_ask_heartbeats_in_a_burst_until_the_first_grant_then_relaxes(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2")
+    assert h.port.heartbeats == [recovery.BURST_HEARTBEAT_MS]
+    h.allocate("worker")
+    assert h.port.heartbeats[-1] == recovery.FAST_HEARTBEAT_MS  # one came: the rest are on their way
+    h.allocate("worker")
+    assert h.port.heartbeats[-1] == recovery.SLOW_HEARTBEAT_MS  # nothing outstanding
+
+
+def test_an_ask_nobody_meets_bursts_for_at_most_burst_s(tmp_path):
+    h = Harness(tmp_path, "tony.worker.instances=2")
+    h.c.tick()
+    assert h.port.heartbeats == [recovery.BURST_HEARTBEAT_MS]
+    h.clock.now += recovery.BURST_S
+    h.c.tick()
+    assert h.port.heartbeats == [recovery.BURST_HEARTBEAT_MS, recovery.FAST_HEARTBEAT_MS]
+    h.clock.now += 60
+    h.c.tick()
+    assert h.port.heartbeats[-1] == recovery.FAST_HEARTBEAT_MS and len(h.port.heartbeats) == 2
+
+
 def test_gang_waits_for_every_task(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=2")
     c1 = h.allocate("worker")

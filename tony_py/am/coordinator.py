@@ -92,6 +92,7 @@ class Coordinator(Job):
                         self.changed()
                     self._lift_fences(now)
                     self.recovery.lift_avoided(now)
+                    self.recovery.end_burst(now)
                 case JobState.FINISHING:
                     self.recovery.maybe_done()
                 case JobState.DONE:
@@ -117,6 +118,7 @@ class Coordinator(Job):
                 self.port.release(container.id)  # surplus, or the job is already ending
                 return
             self.give_container(task, container)
+            self.recovery.end_burst()
             if not self._assign_gpus(task, container):
                 return
             task.state = TaskState.ALLOCATED

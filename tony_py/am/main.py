@@ -25,7 +25,7 @@ from tony_py import appsecret
 from tony_py.advice import report as advice_report
 from tony_py.advice.model import Finding
 from tony_py.am.coordinator import Coordinator
-from tony_py.am.recovery import FAST_HEARTBEAT_MS
+from tony_py.am.recovery import BURST_HEARTBEAT_MS
 from tony_py.am import events as ev
 from tony_py.am import report
 from tony_py.am import tokens
@@ -124,7 +124,7 @@ def connect() -> Attempt:
     log.info("AM for %s attempt %d: %s, %d tasks", meta.app_id, number, spec.framework, len(spec.tasks()))
     host = os.environ.get("NM_HOST") or socket.getfqdn()
     # the secret goes into task containers' credentials, under the alias executors look for
-    bridge.start(FAST_HEARTBEAT_MS, appsecret.CREDENTIALS_ALIAS, secret)
+    bridge.start(BURST_HEARTBEAT_MS, appsecret.CREDENTIALS_ALIAS, secret)
     store = StateStore(bridge.fs(), meta.staging_dir)
     user = os.environ.get("USER") or meta.user
     final_conf = Path(FINAL_CONF_FILE).read_text()

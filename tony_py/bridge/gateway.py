@@ -20,7 +20,7 @@ from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
 from py4j.protocol import Py4JError, Py4JJavaError
 
 from tony_py import paths
-from tony_py.bridge import credentials, jvm
+from tony_py.bridge import cds, credentials, jvm
 from tony_py.bridge.interrupts import guard
 from tony_py import timeline
 from tony_py.config.xmlconf import read_xml
@@ -135,46 +135,60 @@ class JvmLaunch:
         self.log = None
         self._outcome: tuple | BaseException | None = None
         self.claimed = False  # a ClientGateway took the JVM over (and stops it)
+        self.archive: cds.Archive | None = None
         self._thread = threading.Thread(target=self._run, name="tony-client-jvm", daemon=True)
         if background:
             self._thread.start()
         else:
             self._run()
 
+    def _launch(self, jar: Path, classpath: list[str], cds_opts: list[str], user_opts: list[str]) -> tuple:
+        env_opts = [
+            CLIENT_HEAP,
+            *jvm.FAST_START_OPTS,
+            *jvm.JDK17_OPENS,
+            *cds_opts,
+            "-Dlog4j.configuration=" + (paths.PACKAGE_DIR / "bridge" / "log4j-client.properties").as_uri(),
+            *jvm.kerberos_opts(),
+            *user_opts,
+        ]
+        try:
+            return launch_gateway(
+                jarpath=str(jar),
+                classpath=os.pathsep.join(classpath),
+                javaopts=env_opts,
+                java_path=jvm.java_executable(),
+                die_on_exit=True,  # and it dies with this process whatever happens
+                # Its own process group: a Ctrl-C in the terminal must reach only the client,
+                # which then needs the JVM to kill the application and clean up.
+                create_new_process_group=True,
+                redirect_stdout=self.log,
+                redirect_stderr=self.log,
+                enable_auth=True,
+                return_proc=True,
+            )
+        except Exception as exc:  # noqa: BLE001 - report how the JVM failed to start
+            self.log.flush()
+            raise SetupError(f"the client JVM did not start: {jvm_start_failure(jar, exc, self.log_path)} "
+                             f"(see {self.log_path})") from None
+
     def _run(self) -> None:
         try:
             conf_dir = hadoop_conf_dir()
-            classpath = [str(conf_dir), *hadoop_classpath(conf_dir)]
             jar = paths.locate_jar()
-            env_opts = [
-                CLIENT_HEAP,
-                *jvm.FAST_START_OPTS,
-                *jvm.JDK17_OPENS,
-                "-Dlog4j.configuration=" + (paths.PACKAGE_DIR / "bridge" / "log4j-client.properties").as_uri(),
-                *jvm.kerberos_opts(),
-                *jvm.client_opts(),
-            ]
+            # (py4j puts the jar first; the configuration directory goes last: cds.py)
+            classpath = cds.classpath_order([str(conf_dir), *hadoop_classpath(conf_dir)])
+            user_opts = jvm.client_opts()
+            self.archive = cds.Archive(jvm.java_executable(), [str(jar), *classpath], user_opts)
             fd, log_path = tempfile.mkstemp(prefix="tony-client-jvm-", suffix=".log")
             self.log_path, self.log = Path(log_path), os.fdopen(fd, "w")
             try:
-                port, token, proc = launch_gateway(
-                    jarpath=str(jar),
-                    classpath=os.pathsep.join(classpath),
-                    javaopts=env_opts,
-                    java_path=jvm.java_executable(),
-                    die_on_exit=True,  # and it dies with this process whatever happens
-                    # Its own process group: a Ctrl-C in the terminal must reach only the client,
-                    # which then needs the JVM to kill the application and clean up.
-                    create_new_process_group=True,
-                    redirect_stdout=self.log,
-                    redirect_stderr=self.log,
-                    enable_auth=True,
-                    return_proc=True,
-                )
-            except Exception as exc:  # noqa: BLE001 - report how the JVM failed to start
-                self.log.flush()
-                raise SetupError(f"the client JVM did not start: {jvm_start_failure(jar, exc, self.log_path)} "
-                                 f"(see {self.log_path})") from None
+                port, token, proc = self._launch(jar, classpath, self.archive.options(), user_opts)
+            except Exception:  # noqa: BLE001 - a JVM that would not write the archive runs without it
+                if self.archive.dumping is None:
+                    raise
+                self.archive.finish(None, exited_cleanly=False)
+                port, token, proc = self._launch(jar, classpath, [], user_opts)
             self._outcome = (conf_dir, port, token, proc)
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits in result()
             self._outcome = exc
@@ -206,6 +220,8 @@ class JvmLaunch:
         if proc is not None:
             proc.kill()
             proc.wait()
+        if self.archive is not None:
+            self.archive.finish(proc, exited_cleanly=False)
         if self.log is not None:
             self.log.close()
             self.log_path.unlink(missing_ok=True)  # nobody will read it: the input never got that far
@@ -227,6 +243,7 @@ class ClientGateway:
                  launch: "JvmLaunch | None" = None, principal: str | None = None, keytab: str | None = None) -> None:
         launch = launch or JvmLaunch()
         self.conf_dir, port, token, self.proc = launch.claim()
+        self.archive = launch.archive
         self.log_path, self._log = launch.log_path, launch.log
         self.gateway = JavaGateway(
             gateway_parameters=GatewayParameters(port=port, auth_token=token, auto_convert=True)
@@ -291,11 +308,16 @@ class ClientGateway:
         except Exception:  # noqa: BLE001
             pass
         if getattr(self, "proc", None) is not None:
+            clean = False
             try:
                 self.proc.terminate()
                 self.proc.wait(timeout=5)
+                clean = True
             except Exception:  # noqa: BLE001
                 self.proc.kill()
+                self.proc.wait()
+            if self.archive is not None:
+                self.archive.finish(self.proc, exited_cleanly=clean)
         self._log.close()
 
     def __enter__(self) -> "ClientGateway":

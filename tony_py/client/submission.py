@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import getpass
+import hashlib
 import json
 import math
 import tempfile
@@ -20,7 +21,7 @@ from typing import Callable
 from tony_py import appsecret, paths
 from tony_py.am.launch import (JAR_LINK, RUNTIME_LINK, JobMeta, docker_env, job_file_delivery,
                                needs_hadoop_in_task)
-from tony_py.bridge import jvm
+from tony_py.bridge import cds, jvm
 from tony_py.bridge.interrupts import guard
 from tony_py import timeline
 from tony_py.client.job import Job
@@ -314,7 +315,9 @@ class Submission:
 
     def _am_request(self, resources: dict[str, Resource], meta: JobMeta) -> dict:
         spec = self.job.spec
-        classpath = ["{{PWD}}", "{{PWD}}/" + JAR_LINK] + self._application_classpath()
+        # The container's directory (the staged site files) before the cluster's own conf dir, and
+        # every directory after the last jar: the JDK archives classes only then (cds.py).
+        classpath = cds.classpath_order(["{{PWD}}", "{{PWD}}/" + JAR_LINK] + self._application_classpath())
         am_resources = {k: resources[k].to_json()
                         for k in (JAR_LINK, RUNTIME_LINK, "tony-final.xml", SPEC_FILE, "tony-job.json",
                                   appsecret.SECRET_FILE)}
@@ -326,6 +329,10 @@ class Submission:
         if spec.single_node:  # the AM's container runs the task: it needs the task's files too
             am_resources.update(meta.resources)
         java_opts = " ".join([AM_HEAP, *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS])
+        # The AM's class-data archive on each node (tony_py/am/start_jvm.sh): one per jar,
+        # classpath, options and image.
+        archive = "" if not spec.am_cds else "am-" + hashlib.sha256("\0".join(
+            [resources[JAR_LINK].path, *classpath, java_opts, spec.docker_am_image or ""]).encode()).hexdigest()[:24] + ".jsa"
         return {
             "name": spec.name,
             "queue": spec.queue,
@@ -352,9 +359,11 @@ class Submission:
                     "PYTHONPATH": f"{{{{PWD}}}}/{RUNTIME_LINK}:{{{{PWD}}}}/{RUNTIME_LINK}/deps",
                     "PYTHONUNBUFFERED": "1",
                     "TONY_AM_PYTHON": self.job.conf.get("tony.am.python") or "python3",
+                    "TONY_AM_CDS": archive,
                     **self._renewal_env(resources),
                     **docker_env(spec, spec.docker_am_image),
                 },
-                "commands": [f"{{{{JAVA_HOME}}}}/bin/java {java_opts} {AM_CLASS} 1><LOG_DIR>/am.log 2>&1"],
+                "commands": [f"bash {{{{PWD}}}}/{RUNTIME_LINK}/tony_py/am/start_jvm.sh {{{{JAVA_HOME}}}}/bin/java "
+                             f"{java_opts} {AM_CLASS} 1><LOG_DIR>/am.log 2>&1"],
             },
         }

@@ -208,6 +208,7 @@ def _environment(conf: TonyConf, execution_env: dict) -> dict:
     return dict(
         security_enabled=bool_of(conf, "tony.application.security.enabled", True),
         gpu_metrics=bool_of(conf, "tony.task.gpu-metrics.enabled", True),
+        am_cds=bool_of(conf, "tony.am.class-data-sharing", True),
         gpu_assignment=choice_of(conf, "tony.gpu.assignment", GPU_ASSIGNMENTS, "auto"),
         container_env=parse_env_list(conf.get("tony.containers.envs"), "tony.containers.envs", for_yarn=True),
         cache_visibility=choice_of(conf, "tony.staging.cache-visibility", CACHE_VISIBILITIES, "PRIVATE"),

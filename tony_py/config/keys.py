@@ -23,7 +23,7 @@ tony.application.max-infrastructure-restarts
 tony.application.id
 tony.yarn.queue
 tony.am.memory tony.am.vcores tony.am.gpus tony.am.retry-count tony.am.wait-client-signal-stop-timeout-sec
-tony.am.max-attempts tony.am.python
+tony.am.max-attempts tony.am.python tony.am.class-data-sharing
 tony.task.heartbeat-interval-ms tony.task.max-missed-heartbeats tony.task.metrics-interval-ms
 tony.task.executor.execution-timeout-ms tony.task.executor.registry-timeout-sec tony.task.max-total-instances
 tony.task.max-total-gpus tony.task.progress-timeout-ms tony.task.max-failures-per-node

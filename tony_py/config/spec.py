@@ -132,6 +132,7 @@ class JobSpec(Checked):
     max_missed_heartbeats: int = 5
     metrics_interval_ms: int = 5000
     gpu_metrics: bool = True
+    am_cds: bool = True  # the AM JVM's class-data archive per node (tony_py/am/start_jvm.sh)
     gpu_assignment: str = "auto"  # auto: name each task's devices (am/gpus.py); none: leave it to the cluster
     execution_timeout_ms: int = 0
     registry_timeout_s: int = 0

@@ -217,7 +217,9 @@ class Executor:
         """Wait for the child while its heartbeats keep the lease; (returncode, timed_out, fenced).
         env_file: where a preemption's deadline is written for the task (TONY_PREEMPTION_DEADLINE_FILE)."""
         started = time.monotonic()
-        next_metrics = next_probe = 0.0
+        # The first sample a second in: at once it would find only a process still starting, and
+        # its scan of /proc would compete with that start (16 tasks starting on a 2-core node).
+        next_metrics, next_probe = started + min(1.0, self.s.metrics_interval_s), 0.0
         beats = Heartbeats(self.channel, self.s.secret, self.s.container_id or self.s.task, self.s.heartbeat_s,
                            body=lambda: self._beat_body(attempt), fence=self.child.kill_now,
                            tokens=self.tokens.offered).start()

@@ -1,0 +1,110 @@
+"""Class-data sharing for the client and AM JVMs (tony_py/bridge/cds.py, tony_py/am/start_jvm.sh):
+the archive's life, with a stand-in `java` that records how it was started (no JVM here: the
+integration tests start real ones with these options)."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tony_py import paths
+from tony_py.bridge import cds
+
+pytestmark = pytest.mark.unit
+START_JVM = paths.PACKAGE_DIR / "am" / "start_jvm.sh"
+
+FAKE_JAVA = """#!/bin/bash
+echo "$@" >> "$CALLS"
+for a in "$@"; do
+  case "$a" in
+    -XX:ArchiveClassesAtExit=*)
+      if [ -n "${REFUSE_DUMP:-}" ]; then echo "Error occurred during initialization of VM"; exit 1; fi
+      echo archived > "${a#*=}";;
+  esac
+done
+exit ${EXIT:-0}
+"""
+
+
+def test_directories_go_after_every_jar_in_their_own_order():
+    entries = ["/conf", "/a.jar", "/lib/*", "/etc/hadoop", "/b.jar"]
+    assert cds.classpath_order(entries) == ["/a.jar", "/lib/*", "/b.jar", "/conf", "/etc/hadoop"]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "cache_dir", lambda: tmp_path / "cache")
+    return tmp_path / "cache"
+
+
+def test_the_first_client_jvm_writes_the_archive_and_the_next_maps_it(cache, tmp_path):
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"x")
+    first = cds.Archive("java", [str(jar)], [], env={})
+    [opt] = first.options()
+    assert opt.startswith("-XX:ArchiveClassesAtExit=")
+    assert cds.Archive("java", [str(jar)], [], env={}).options() == []  # one writer at a time
+    Path(opt.split("=", 1)[1]).write_bytes(b"archive")
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    first.finish(proc, exited_cleanly=True)
+    assert cds.Archive("java", [str(jar)], [], env={}).options() == [f"-XX:SharedArchiveFile={first.path}"]
+    assert not list(first.path.parent.glob("*.lock")) and not list(first.path.parent.glob("*.tmp"))
+
+
+def test_a_jvm_killed_while_writing_leaves_no_archive_and_no_lock(cache, tmp_path):
+    archive = cds.Archive("java", [str(tmp_path)], [], env={})
+    [opt] = archive.options()
+    Path(opt.split("=", 1)[1]).write_bytes(b"half")
+    archive.finish(None, exited_cleanly=False)
+    assert not archive.path.exists() and list(archive.path.parent.iterdir()) == []
+
+
+def test_a_changed_jar_gets_a_new_archive_and_the_users_own_sharing_option_wins(cache, tmp_path):
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"x")
+    before = cds.Archive("java", [str(jar)], [], env={}).path
+    jar.write_bytes(b"xy")
+    assert cds.Archive("java", [str(jar)], [], env={}).path != before
+    assert cds.Archive("java", [str(jar)], ["-Xshare:off"], env={}).options() == []
+    assert cds.Archive("java", [str(jar)], [], env={cds.ENV: "off"}).options() == []
+
+
+def run_start_jvm(tmp_path, *, archive="am-x.jsa", exit_code=0, refuse_dump=False):
+    java = tmp_path / "java"
+    java.write_text(FAKE_JAVA)
+    java.chmod(0o755)
+    appdir = tmp_path / "usercache" / "u" / "appcache" / "app_1"
+    appdir.mkdir(parents=True, exist_ok=True)
+    calls = tmp_path / "calls"
+    env = {"PATH": os.environ["PATH"], "LOCAL_DIRS": f"{appdir},/elsewhere", "TONY_AM_CDS": archive,
+           "CALLS": str(calls), "EXIT": str(exit_code), **({"REFUSE_DUMP": "1"} if refuse_dump else {})}
+    with open(tmp_path / "am.log", "w") as log:
+        rc = subprocess.run(["bash", str(START_JVM), str(java), "-Xmx256m", "Main"], env=env, stdout=log,
+                            stderr=subprocess.STDOUT).returncode
+    return rc, calls.read_text().splitlines(), tmp_path / "usercache" / "u" / "tony-py-cds"
+
+
+def test_the_first_am_on_a_node_writes_the_archive_and_the_next_maps_it(tmp_path):
+    rc, [call], store = run_start_jvm(tmp_path, exit_code=3)
+    assert rc == 3  # the JVM's status is the container's
+    assert "-XX:ArchiveClassesAtExit=" in call and call.endswith("-Xmx256m Main")
+    assert sorted(p.name for p in store.iterdir()) == ["am-x.jsa"]
+    (tmp_path / "calls").unlink()
+    rc, [call], _ = run_start_jvm(tmp_path)
+    option, rest = call.split(" ", 1)
+    assert rc == 0 and rest == "-Xmx256m Main"
+    assert option.startswith("-XX:SharedArchiveFile=") and Path(option.split("=", 1)[1]).resolve() == store / "am-x.jsa"
+
+
+def test_an_am_whose_jvm_will_not_write_the_archive_starts_without_one(tmp_path):
+    rc, calls, store = run_start_jvm(tmp_path, refuse_dump=True)
+    assert rc == 0
+    assert "-XX:ArchiveClassesAtExit=" in calls[0] and calls[1] == "-Xmx256m Main"
+    assert list(store.iterdir()) == []  # no archive, no lock: the next AM tries again
+
+
+def test_no_archive_named_no_sharing(tmp_path):
+    rc, [call], _ = run_start_jvm(tmp_path, archive="")
+    assert rc == 0 and call == "-Xmx256m Main"
