@@ -86,10 +86,12 @@ class Harness:
         self.n = 0
         self.containers = {}
 
-    def allocate(self, type_name):
+    def allocate(self, type_name, host=None):
+        """A container on a node of its own (host: on that host, a NodeManager of its own)."""
         self.n += 1
         cid = f"container_{self.n}"
-        self.c.on_allocated({"id": cid, "node_id": f"node{self.n}:1", "host": f"host{self.n}",
+        node_id = f"{host}:{self.n}" if host else f"node{self.n}:1"
+        self.c.on_allocated({"id": cid, "node_id": node_id, "host": host or f"host{self.n}",
                              "node_http": f"host{self.n}:8042", "resource": {},
                              "allocation_request_id": self.c.book.ids[type_name], "priority": 0})
         return cid

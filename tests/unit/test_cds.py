@@ -4,6 +4,7 @@ integration tests start real ones with these options)."""
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -108,3 +109,17 @@ def test_an_am_whose_jvm_will_not_write_the_archive_starts_without_one(tmp_path)
 def test_no_archive_named_no_sharing(tmp_path):
     rc, [call], _ = run_start_jvm(tmp_path, archive="")
     assert rc == 0 and call == "-Xmx256m Main"
+
+
+def test_a_lock_whose_writer_died_long_ago_is_cleared_with_its_half_written_file(cache, tmp_path):
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"x")
+    dead = cds.Archive("java", [str(jar)], [], env={})
+    [opt] = dead.options()
+    half = Path(opt.split("=", 1)[1])
+    half.write_bytes(b"half")
+    old = time.time() - cds.LOCK_STALE_S - 1
+    os.utime(dead.path.with_suffix(".lock"), (old, old))
+    assert cds.Archive("java", [str(jar)], [], env={}).options() == []
+    assert not half.exists() and not dead.path.with_suffix(".lock").exists()
+    assert cds.Archive("java", [str(jar)], [], env={}).options()[0].startswith("-XX:ArchiveClassesAtExit=")

@@ -353,6 +353,27 @@ def test_a_held_back_node_is_given_back_when_no_other_node_grants_the_replacemen
     assert any(f"{silent} takes new containers again" in e["message"] for e in h.c.events.recent)
 
 
+def test_a_node_whose_host_is_the_only_one_the_job_knows_is_never_held_back(tmp_path):
+    """YARN holds back host names: two NodeManagers of one machine (the process cluster) are one
+    host, and holding it back would leave the replacement nowhere to go."""
+    h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=2")
+    for _ in range(2):
+        h.allocate("worker", host="localhost")
+    for name, task in h.c.tasks.items():
+        h.containers[name] = task.container.id
+        h.c.on_started(task.container.id)
+        h.c.register(name, 0, task.container.id, 2000, None)
+    for name in h.c.tasks:
+        h.c.wait_spec(name, 0, h.containers[name], 0)
+        h.c.task_started(name, 0, h.containers[name], 100)
+    h.clock.now += 3
+    h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {})
+    h.clock.now += 3
+    h.c.tick()  # worker:1 went silent: a gang restart
+    assert h.c.restarts_used == 1 and h.port.blacklisted == []
+    assert any("knows no other host" in e["message"] for e in h.c.events.recent)
+
+
 def test_the_last_node_of_a_cluster_is_never_avoided(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=1", "tony.am.retry-count=2")
     h.port.nodes = 1

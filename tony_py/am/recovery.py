@@ -152,11 +152,24 @@ class Recovery:
             job.events.record(ev.NOTE, f"not avoiding {node_id} ({why}): it is the last node the job may use",
                               node_id=node_id)
             return
+        if node_id not in job.avoided and not self._other_hosts(node_id):
+            # YARN holds back a host, not a NodeManager: with no other host known to take the
+            # replacement, the hold would only make it wait (every NodeManager of one machine).
+            job.events.record(ev.NOTE, f"not avoiding {node_id} ({why}): the job knows no other host to place "
+                                       "its replacement on (YARN holds back whole hosts)", node_id=node_id)
+            return
         if node_id not in job.avoided:
             self.port.blacklist(node_id)
             job.events.record(ev.NOTE, f"no new container on {node_id} for {AVOID_NODE_S:.0f} s: {why}",
                               node_id=node_id)
         job.avoided[node_id] = job.clock() + AVOID_NODE_S
+
+    def _other_hosts(self, node_id: str) -> set[str]:
+        """Hosts the job has had containers on, other than the node's and those held back."""
+        def host(n: str) -> str:
+            return n.rsplit(":", 1)[0]
+        known = {host(c.node_id) for t in self.job.tasks.values() for c in (t.container, t.last_container) if c}
+        return known - {host(n) for n in self.job.blacklisted | set(self.job.avoided)} - {host(node_id)}
 
     def lift_avoided(self, now: float) -> None:
         """Nodes held back past AVOID_NODE_S, or all of them once a request has gone unmet for

@@ -75,11 +75,11 @@ class Archive:
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         except FileExistsError:  # another client writes it now (or died doing so long ago)
-            try:
+            with contextlib.suppress(OSError):
                 if time.time() - lock.stat().st_mtime > LOCK_STALE_S:
                     lock.unlink()
-            except OSError:
-                pass
+                    for left in self.path.parent.glob(f"{self.path.stem}.*.tmp"):  # its half-written file
+                        left.unlink(missing_ok=True)
             return []
         os.close(fd)
         self.dumping = self.path.with_name(f"{self.path.stem}.{os.getpid()}.tmp")
