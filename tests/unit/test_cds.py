@@ -17,6 +17,7 @@ START_JVM = paths.PACKAGE_DIR / "am" / "start_jvm.sh"
 
 FAKE_JAVA = """#!/bin/bash
 echo "$@" >> "$CALLS"
+echo "$CLASSPATH" >> "$CALLS.classpath"
 for a in "$@"; do
   case "$a" in
     -XX:ArchiveClassesAtExit=*)
@@ -72,18 +73,26 @@ def test_a_changed_jar_gets_a_new_archive_and_the_users_own_sharing_option_wins(
     assert cds.Archive("java", [str(jar)], [], env={cds.ENV: "off"}).options() == []
 
 
-def run_start_jvm(tmp_path, *, archive="am-x.jsa", exit_code=0, refuse_dump=False):
+def run_start_jvm(tmp_path, *, archive="am-x.jsa", exit_code=0, refuse_dump=False, container="c1"):
+    """start_jvm.sh in a container of its own whose classpath links the localized jar."""
     java = tmp_path / "java"
     java.write_text(FAKE_JAVA)
     java.chmod(0o755)
+    jar = tmp_path / "usercache" / "u" / "filecache" / "10" / "tony-py-abc.jar"
+    jar.parent.mkdir(parents=True, exist_ok=True)
+    jar.write_bytes(b"jar")
     appdir = tmp_path / "usercache" / "u" / "appcache" / "app_1"
-    appdir.mkdir(parents=True, exist_ok=True)
+    workdir = appdir / container
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "tony-py.jar").unlink(missing_ok=True)
+    (workdir / "tony-py.jar").symlink_to(jar)
     calls = tmp_path / "calls"
     env = {"PATH": os.environ["PATH"], "LOCAL_DIRS": f"{appdir},/elsewhere", "TONY_AM_CDS": archive,
+           "CLASSPATH": f"{workdir}/tony-py.jar:/lib/*:{workdir}",
            "CALLS": str(calls), "EXIT": str(exit_code), **({"REFUSE_DUMP": "1"} if refuse_dump else {})}
     with open(tmp_path / "am.log", "w") as log:
         rc = subprocess.run(["bash", str(START_JVM), str(java), "-Xmx256m", "Main"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT).returncode
+                            stderr=subprocess.STDOUT, cwd=workdir).returncode
     return rc, calls.read_text().splitlines(), tmp_path / "usercache" / "u" / "tony-py-cds"
 
 
@@ -91,12 +100,16 @@ def test_the_first_am_on_a_node_writes_the_archive_and_the_next_maps_it(tmp_path
     rc, [call], store = run_start_jvm(tmp_path, exit_code=3)
     assert rc == 3  # the JVM's status is the container's
     assert "-XX:ArchiveClassesAtExit=" in call and call.endswith("-Xmx256m Main")
-    assert sorted(p.name for p in store.iterdir()) == ["am-x.jsa"]
+    [written] = list(store.iterdir())
+    assert written.name.startswith("am-x-") and written.suffix == ".jsa"
+    # the JVM was given the localized jar itself: the container's link dies with the container
+    jar = tmp_path / "usercache" / "u" / "filecache" / "10" / "tony-py-abc.jar"
+    assert (tmp_path / "calls.classpath").read_text().splitlines()[0].startswith(f"{jar}:/lib/*:")
     (tmp_path / "calls").unlink()
-    rc, [call], _ = run_start_jvm(tmp_path)
+    rc, [call], _ = run_start_jvm(tmp_path, container="c2")  # the next AM, in another container
     option, rest = call.split(" ", 1)
     assert rc == 0 and rest == "-Xmx256m Main"
-    assert option.startswith("-XX:SharedArchiveFile=") and Path(option.split("=", 1)[1]).resolve() == store / "am-x.jsa"
+    assert option.startswith("-XX:SharedArchiveFile=") and Path(option.split("=", 1)[1]).resolve() == written
 
 
 def test_an_am_whose_jvm_will_not_write_the_archive_starts_without_one(tmp_path):

@@ -17,8 +17,26 @@ cds_opts=()
 archive=
 dumping=
 if [ -n "${TONY_AM_CDS:-}" ] && [ -n "${LOCAL_DIRS:-}" ]; then
+  # The JDK requires every jar the archive was written with to exist at the same path: the
+  # container's links to localized jars (tony-py.jar) die with their container, so the JVM gets
+  # the localized files' own paths, and the archive's name the hash of those (a jar localized
+  # anew gets a new archive). Directories (this container's, last) may differ.
+  resolved=()
+  key=
+  IFS=: read -r -a entries <<< "${CLASSPATH:-}"
+  for entry in "${entries[@]}"; do
+    if [ -L "$entry" ]; then
+      entry=$(readlink -f "$entry")
+    fi
+    resolved+=("$entry")
+    if [ "$entry" != "$PWD" ]; then
+      key+="$entry:"
+    fi
+  done
+  CLASSPATH=$(IFS=:; echo "${resolved[*]}")
+  export CLASSPATH
   dir="${LOCAL_DIRS%%,*}/../../tony-py-cds"
-  archive="$dir/$TONY_AM_CDS"
+  archive="$dir/${TONY_AM_CDS%.jsa}-$(printf '%s' "$key" | cksum | cut -d' ' -f1).jsa"
   if [ -f "$archive" ]; then
     cds_opts=("-XX:SharedArchiveFile=$archive")
   elif mkdir -p -m 700 "$dir" 2>/dev/null; then
