@@ -1,5 +1,6 @@
 """A new user's first job, timed (JSON on stdout): `scripts/quickstart` in a fresh clone with empty
-package caches (uv's, Maven's local repository, tony-py's Hadoop jars), at this checkout's HEAD
+package caches (uv's, Maven's local repository, tony-py's Hadoop jars) and no local cluster
+state (XDG_STATE_HOME), at this checkout's HEAD
 and at a baseline revision, one after the other. What is left warm is what a fresh machine of
 this kind has too: the Debian packages (JDK, Maven) and the network's own caches.
 
@@ -31,7 +32,9 @@ def run_once(rev: str, scratch: Path) -> dict:
     caches.mkdir(parents=True)
     subprocess.run(["git", "clone", "-q", str(ROOT), str(checkout)], check=True)
     subprocess.run(["git", "checkout", "-q", rev], cwd=checkout, check=True)
+    # a fresh machine's state too: no cluster record of an earlier run (or of another version)
     env = dict(os.environ, UV_CACHE_DIR=str(caches / "uv"), TONY_PY_CACHE=str(caches / "tony-py"),
+               XDG_STATE_HOME=str(caches / "state"),
                MAVEN_OPTS=f"-Dmaven.repo.local={caches / 'm2'}", PIP_NO_CACHE_DIR="1")
     started = time.monotonic()
     proc = subprocess.run(["./scripts/quickstart"], cwd=checkout, env=env, capture_output=True, text=True)
