@@ -136,3 +136,37 @@ def test_a_lock_whose_writer_died_long_ago_is_cleared_with_its_half_written_file
     assert cds.Archive("java", [str(jar)], [], env={}).options() == []
     assert not half.exists() and not dead.path.with_suffix(".lock").exists()
     assert cds.Archive("java", [str(jar)], [], env={}).options()[0].startswith("-XX:ArchiveClassesAtExit=")
+
+
+def am_request(*flags):
+    """The AM's launch request a submit would send, without a cluster (pure assembly)."""
+    from types import SimpleNamespace
+
+    from tony_py.am.launch import JAR_LINK, RUNTIME_LINK, JobMeta
+    from tony_py.client.flags import parse_args
+    from tony_py.client.prepare import prepare
+    from tony_py.client.staging import Resource
+    from tony_py.client.submission import Submission
+
+    sub = Submission(None, prepare(parse_args(["--executes", "true", *flags])))
+    sub._app_classpath = ["$HADOOP_CONF_DIR", "$HADOOP_COMMON_HOME/share/hadoop/common/*"]
+    sub.stager = SimpleNamespace(staging_dir="hdfs://nn/user/u/.tony/app_1")
+    resources = {name: Resource(f"hdfs://nn/{name}", 1, 1) for name in
+                 (JAR_LINK, RUNTIME_LINK, "tony-final.xml", "tony-spec.json", "tony-job.json", "tony-secret")}
+    meta = JobMeta(app_id="app_1", staging_dir="s", user="u", resources={}, task_resources=[], task_python="python3")
+    return sub._am_request(resources, meta)["launch"]
+
+
+def test_the_am_starts_through_start_jvm_with_its_directories_after_its_jars():
+    launch = am_request()
+    [command] = launch["commands"]
+    assert command.startswith("bash {{PWD}}/tony_runtime/tony_py/am/start_jvm.sh {{JAVA_HOME}}/bin/java ")
+    assert launch["env"]["CLASSPATH"].split("<CPS>") == [
+        "{{PWD}}/tony-py.jar", "$HADOOP_COMMON_HOME/share/hadoop/common/*", "{{PWD}}", "$HADOOP_CONF_DIR"]
+    assert launch["env"]["TONY_AM_CDS"].startswith("am-") and launch["env"]["TONY_AM_CDS"].endswith(".jsa")
+
+
+def test_no_am_archive_when_turned_off_or_in_a_docker_image():
+    assert am_request("--conf", "tony.am.class-data-sharing=false")["env"]["TONY_AM_CDS"] == ""
+    docker = am_request("--conf", "tony.docker.enabled=true", "--conf", "tony.docker.containers.image=img:1")
+    assert docker["env"]["TONY_AM_CDS"] == ""
