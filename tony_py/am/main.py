@@ -113,8 +113,13 @@ def connect() -> Attempt:
     """The JVM's gateway, the job's files, and the runtime that will serve it (not started yet)."""
     gateway_secret = os.environ.pop("TONY_GATEWAY_SECRET")
     secret = appsecret.take()
+    # The JVM started this process before its gateway (ApplicationMaster.java): the port comes on
+    # stdin once the gateway listens; an empty line is a JVM that died first.
+    port = sys.stdin.readline().strip()
+    if not port.isdigit():
+        raise SystemExit("the AM's JVM stopped before its gateway listened (see the lines above)")
     gateway = JavaGateway(gateway_parameters=GatewayParameters(
-        address="127.0.0.1", port=int(os.environ["TONY_GATEWAY_PORT"]), auth_token=gateway_secret,
+        address="127.0.0.1", port=int(port), auth_token=gateway_secret,
         auto_convert=True))
     bridge = gateway.entry_point
     bridge.defaultsUnlessConfigured(json.dumps(HDFS_CLOSE_RETRY))  # before any HDFS write

@@ -5,13 +5,13 @@ import java.security.SecureRandom;
 import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import py4j.GatewayServer;
 
 /**
  * The AM container's main: opens a Py4J gateway on loopback, protected by a fresh token, and
- * starts the Python AM (python -m tony_py.am) with the port and token in its environment.
+ * starts the Python AM (python -m tony_py.am) with the token in its environment and the port
+ * on its stdin.
  * The JVM keeps the RM heartbeat alive whatever Python is doing, and turns Python's outcome
  * into the attempt's exit code: an attempt that did not unregister exits non-zero, so YARN
  * starts the next attempt.
@@ -30,23 +30,14 @@ public final class ApplicationMaster {
     if (krb5 != null && !krb5.isEmpty() && System.getProperty("java.security.krb5.conf") == null) {
       System.setProperty("java.security.krb5.conf", krb5);
     }
-    AmBridge bridge = new AmBridge();
     byte[] raw = new byte[32];
     new SecureRandom().nextBytes(raw);
     StringBuilder token = new StringBuilder();
     for (byte b : raw) {
       token.append(String.format("%02x", b));
     }
-    GatewayServer gateway =
-        new GatewayServer.GatewayServerBuilder(bridge)
-            .javaAddress(InetAddress.getLoopbackAddress())
-            .javaPort(0)
-            .authToken(token.toString())
-            .build();
-    gateway.start();
-    log("gateway on 127.0.0.1:" + gateway.getListeningPort() + " for " + bridge.applicationId()
-        + " attempt " + bridge.attemptNumber());
-
+    // Python starts first, so its imports (~0.1 s) overlap this JVM's own start; it reads the
+    // gateway's port from its stdin (the token is in its environment, never on a command line).
     List<String> cmd = new ArrayList<>();
     String python = System.getenv().getOrDefault("TONY_AM_PYTHON", "python3");
     cmd.add(python);
@@ -55,11 +46,35 @@ public final class ApplicationMaster {
     for (String a : args) {
       cmd.add(a);
     }
-    ProcessBuilder pb = new ProcessBuilder(cmd).inheritIO();
-    Map<String, String> env = pb.environment();
-    env.put("TONY_GATEWAY_PORT", Integer.toString(gateway.getListeningPort()));
-    env.put("TONY_GATEWAY_SECRET", token.toString());
+    ProcessBuilder pb = new ProcessBuilder(cmd)
+        .redirectOutput(ProcessBuilder.Redirect.INHERIT)
+        .redirectError(ProcessBuilder.Redirect.INHERIT);
+    pb.environment().put("TONY_GATEWAY_SECRET", token.toString());
     Process python_am = pb.start();
+
+    AmBridge bridge;
+    GatewayServer gateway;
+    try {
+      bridge = new AmBridge();
+      gateway =
+          new GatewayServer.GatewayServerBuilder(bridge)
+              .javaAddress(InetAddress.getLoopbackAddress())
+              .javaPort(0)
+              .authToken(token.toString())
+              .build();
+      gateway.start();
+    } catch (Throwable t) {
+      python_am.destroyForcibly(); // its stdin closes unread: it would stop anyway
+      throw t;
+    }
+    log("gateway on 127.0.0.1:" + gateway.getListeningPort() + " for " + bridge.applicationId()
+        + " attempt " + bridge.attemptNumber());
+    try (java.io.Writer port = new java.io.OutputStreamWriter(
+        python_am.getOutputStream(), java.nio.charset.StandardCharsets.US_ASCII)) {
+      port.write(gateway.getListeningPort() + "\n");
+    } catch (java.io.IOException e) {
+      log("python AM gone before it was told the gateway's port: " + e);
+    }
 
     Thread hook =
         new Thread(
