@@ -46,6 +46,7 @@ import org.apache.hadoop.yarn.api.records.UpdatedContainer;
 import org.apache.hadoop.yarn.client.api.AMRMClient.ContainerRequest;
 import org.apache.hadoop.yarn.client.api.async.AMRMClientAsync;
 import org.apache.hadoop.yarn.client.api.async.NMClientAsync;
+import org.apache.hadoop.yarn.client.api.async.impl.NMClientAsyncImpl;
 import org.apache.hadoop.yarn.client.api.impl.AMRMClientImpl;
 import org.apache.hadoop.yarn.conf.YarnConfiguration;
 import org.apache.hadoop.yarn.exceptions.YarnException;
@@ -148,7 +149,7 @@ public final class AmBridge {
     amrm = AMRMClientAsync.createAMRMClientAsync(new RmLeaseClient(), heartbeatMs, new RmHandler());
     amrm.init(conf);
     amrm.start();
-    nm = NMClientAsync.createNMClientAsync(new NmHandler());
+    nm = new GangStarts(new NmHandler());
     nm.init(conf);
     nm.start();
     // Containers must survive an AM attempt that dies (they are re-adopted by the next one);
@@ -592,6 +593,27 @@ public final class AmBridge {
       body.put("message", String.valueOf(error));
     }
     emit(type, body);
+  }
+
+  /**
+   * Hadoop's NodeManager client starts 10 threads and widens its pool only with the number of
+   * NodeManagers it talks to; each start holds a thread for its whole RPC (a connection and its
+   * SASL handshake, then the NodeManager's answer). A 16-container gang on 2 nodes started 10
+   * containers, then the rest one by one as those calls returned, the last ~0.5 s late: the gang
+   * waits for its last member. A gang's starts come in one burst, so the pool starts wider.
+   */
+  private static final class GangStarts extends NMClientAsyncImpl {
+    private static final int START_THREADS = 32;
+
+    GangStarts(NMClientAsync.AbstractCallbackHandler handler) {
+      super(handler);
+    }
+
+    @Override
+    protected void serviceStart() throws Exception {
+      super.serviceStart();
+      threadPool.setCorePoolSize(Math.max(threadPool.getCorePoolSize(), Math.min(maxThreadPoolSize, START_THREADS)));
+    }
   }
 
   private final class NmHandler extends NMClientAsync.AbstractCallbackHandler {
