@@ -1,7 +1,8 @@
 """Startup of a TonY-py job next to YARN's own floor, on the same local cluster in one run (JSON
 on stdout, a short table on stderr).
 
-For each worker count, runs alternate (floor, TonY-py, floor, TonY-py, …) so noise hits both:
+For each worker count, runs alternate (floor, TonY-py, floor, TonY-py, …) so noise hits both,
+each once the run before it is cleaned up (its logs aggregated):
   floor   YARN's distributed shell (its Java client and AM, Hadoop's own) starting N containers
           that print the time: `floor_all_running_s` is the last of them, from the command's start.
   TonY-py `python -m tony_py.submit` with N workers whose user process records the time as its
@@ -62,6 +63,18 @@ def _log_times(text: str, needle: str) -> list[float]:
 
 def _app(rm_web: str, app_id: str) -> dict:
     return requests.get(f"{rm_web}/ws/v1/cluster/apps/{app_id}", timeout=10).json()["app"]
+
+
+def settle(rm_web: str, app_id: str, timeout: float = 60.0) -> None:
+    """Until the finished run's NodeManagers are done with it (its logs aggregated into HDFS),
+    so the next run, floor or TonY-py, starts on a quiet cluster rather than beside the last
+    one's clean-up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _app(rm_web, app_id).get("logAggregationStatus") in ("SUCCEEDED", "FAILED", "TIME_OUT", "DISABLED"):
+            break
+        time.sleep(0.2)
+    time.sleep(0.5)
 
 
 def _container_dirs(workdir: Path, app_id: str) -> list[Path]:
@@ -158,12 +171,14 @@ def main() -> int:
         # Warm-up: the runtime and jar land in every NodeManager's cache, as after any earlier job
         # of this version (8 GB workers on 12 GB nodes: one per node). Measured runs then pay
         # only what every job pays (its own files come from the AM: no localizer runs).
-        run_tony(state, workdir, 2, tmp, -1, memory="8g")
+        settle(state.rm_web, run_tony(state, workdir, 2, tmp, -1, memory="8g")["app_id"])
         for workers in opts.workers:
             floors, tonys = [], []
             for i in range(opts.runs):
                 floors.append(run_floor(state, workdir, workers))
+                settle(state.rm_web, floors[-1]["app_id"])
                 tonys.append(run_tony(state, workdir, workers, tmp, i))
+                settle(state.rm_web, tonys[-1]["app_id"])
             phase_names = list(tonys[0]["phases_s"])
             row = {
                 "workers": workers,
