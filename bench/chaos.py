@@ -128,7 +128,8 @@ def stall_after(steps: list[dict], at: float, resumed: bool) -> float:
     """From the strike until every task wrote a step in a copy started after it (resumed), or the
     longest pause of any task after it."""
     if resumed:
-        return round(max(min(w.first for w in ws if w.first > at) for ws in writers(steps).values()) - at, 2)
+        firsts = [min((w.first for w in ws if w.first > at), default=None) for ws in writers(steps).values()]
+        return round(max(firsts) - at, 2) if None not in firsts else None  # (None: a task never resumed)
     longest = 0.0
     for task in {s["task"] for s in steps}:
         times = sorted(s["t"] for s in steps if s["task"] == task and s["t"] >= at - 1)
@@ -189,9 +190,10 @@ def main() -> int:
     ok = True
     for kind in [k for k in opts.clusters.split(",") if k]:
         workdir = ROOT / f".bench-chaos-{kind}"
-        launcher, cluster, shared = bring_up(kind, workdir)
         row: dict = {}
+        launcher = None
         try:
+            launcher, cluster, shared = bring_up(kind, workdir)
             # a first job pays what only the first pays (localizing the runtime, the AM's
             # class-data archive on each node): neither measured run should
             run_job(cluster, shared, "warm-up", 10, chaos=False)
@@ -199,19 +201,21 @@ def main() -> int:
             row["chaos"] = run_job(cluster, shared, "chaos", opts.steps, chaos=True)
             row["ratio"] = round(row["chaos"]["wall_s"] / row["fault_free"]["wall_s"], 3)
             # the same from the stalls alone (the walls also carry the run-to-run noise)
-            stalls = sum(f["stall_s"] for f in row["chaos"]["faults"].values())
+            stalls = sum(f["stall_s"] or 0 for f in row["chaos"]["faults"].values())
             row["stalls_total_s"] = round(stalls, 2)
             row["ratio_from_stalls"] = round((row["fault_free"]["wall_s"] + stalls) / row["fault_free"]["wall_s"], 3)
             row["split_brain_total"] = row["fault_free"]["split_brain"] + row["chaos"]["split_brain"]
         except Exception as exc:  # noqa: BLE001 - a cluster's failure is a result too
             row["error"] = str(exc)[-3000:]
-        results["clusters"][kind] = row
-        print(json.dumps(row), file=sys.stderr)
-        clean = "error" not in row and row["split_brain_total"] == 0
-        ok = ok and clean
-        launcher.down(purge=clean)
-        if not clean:
-            print(f"[chaos] {kind}: logs kept in {workdir}", file=sys.stderr)
+        finally:
+            results["clusters"][kind] = row
+            print(json.dumps(row), file=sys.stderr)
+            clean = "error" not in row and row.get("split_brain_total") == 0
+            ok = ok and clean
+            if launcher is not None:
+                launcher.down(purge=clean)
+            if not clean:
+                print(f"[chaos] {kind}: logs kept in {workdir}", file=sys.stderr)
     print(json.dumps(results, indent=2))
     return 0 if ok else 1
 

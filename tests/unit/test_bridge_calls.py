@@ -21,7 +21,8 @@ pytestmark = pytest.mark.unit
 
 JAVA = paths.SOURCE_ROOT / "jvm" / "src" / "main" / "java" / "io" / "tonypy"
 PACKAGE = paths.PACKAGE_DIR
-PUBLIC_METHOD = re.compile(r"^\s*public\s+(?:static\s+)?(?:final\s+)?(?:synchronized\s+)?[\w<>\[\], ?]+\s+(\w+)\s*\(",
+# The top-level class's own methods (two spaces in: the house style), not its nested classes'.
+PUBLIC_METHOD = re.compile(r"^  public\s+(?:static\s+)?(?:final\s+)?(?:synchronized\s+)?[\w<>\[\], ?]+\s+(\w+)\s*\(",
                            re.M)
 # Which Java class a Python receiver is: the AM's bridge in tony_py/am, the client's elsewhere;
 # a file system is FsBridge wherever it is.

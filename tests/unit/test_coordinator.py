@@ -371,7 +371,17 @@ def test_a_node_whose_host_is_the_only_one_the_job_knows_is_never_held_back(tmp_
     h.clock.now += 3
     h.c.tick()  # worker:1 went silent: a gang restart
     assert h.c.restarts_used == 1 and h.port.blacklisted == []
-    assert any("knows no other host" in e["message"] for e in h.c.events.recent)
+    assert any("shares its host name" in e["message"] for e in h.c.events.recent)
+
+
+def test_a_single_task_job_still_holds_back_its_silent_node_on_a_bigger_cluster(tmp_path):
+    """One node known says nothing about the others: the hold stands (bounded by AVOID_UNMET_S)."""
+    h = Harness(tmp_path, "tony.worker.instances=1", "tony.am.retry-count=2")
+    h.bring_up()
+    silent = h.c.tasks["worker:0"].container.node_id
+    h.clock.now += 6
+    h.c.tick()
+    assert h.c.restarts_used == 1 and h.port.blacklisted == [silent]
 
 
 def test_the_last_node_of_a_cluster_is_never_avoided(tmp_path):

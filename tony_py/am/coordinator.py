@@ -94,6 +94,7 @@ class Coordinator(Job):
                     self.recovery.lift_avoided(now)
                     self.recovery.end_burst(now)
                 case JobState.FINISHING:
+                    self.recovery.end_burst(now)
                     self.recovery.maybe_done()
                 case JobState.DONE:
                     pass

@@ -152,11 +152,12 @@ class Recovery:
             job.events.record(ev.NOTE, f"not avoiding {node_id} ({why}): it is the last node the job may use",
                               node_id=node_id)
             return
-        if node_id not in job.avoided and not self._other_hosts(node_id):
-            # YARN holds back a host, not a NodeManager: with no other host known to take the
-            # replacement, the hold would only make it wait (every NodeManager of one machine).
-            job.events.record(ev.NOTE, f"not avoiding {node_id} ({why}): the job knows no other host to place "
-                                       "its replacement on (YARN holds back whole hosts)", node_id=node_id)
+        if node_id not in job.avoided and self._host_holds_every_known_node(node_id):
+            # YARN holds back a host, not a NodeManager: where several NodeManagers share the
+            # node's host name and the job knows no other host, the hold would leave the
+            # replacement nowhere to go (the process cluster's NodeManagers are all localhost).
+            job.events.record(ev.NOTE, f"not avoiding {node_id} ({why}): every node the job knows shares its host "
+                                       "name, and YARN holds back whole hosts", node_id=node_id)
             return
         if node_id not in job.avoided:
             self.port.blacklist(node_id)
@@ -164,12 +165,16 @@ class Recovery:
                               node_id=node_id)
         job.avoided[node_id] = job.clock() + AVOID_NODE_S
 
-    def _other_hosts(self, node_id: str) -> set[str]:
-        """Hosts the job has had containers on, other than the node's and those held back."""
+    def _host_holds_every_known_node(self, node_id: str) -> bool:
+        """Several of the nodes the job has had containers on share this node's host name, and
+        every other host it knows is held back already. (One node known says nothing about the
+        others: the node count check and AVOID_UNMET_S cover a cluster with no room elsewhere.)"""
         def host(n: str) -> str:
             return n.rsplit(":", 1)[0]
-        known = {host(c.node_id) for t in self.job.tasks.values() for c in (t.container, t.last_container) if c}
-        return known - {host(n) for n in self.job.blacklisted | set(self.job.avoided)} - {host(node_id)}
+        known = {c.node_id for t in self.job.tasks.values() for c in (t.container, t.last_container) if c}
+        held = {host(n) for n in self.job.blacklisted | set(self.job.avoided)}
+        here = host(node_id)
+        return len({n for n in known if host(n) == here}) > 1 and not ({host(n) for n in known} - held - {here})
 
     def lift_avoided(self, now: float) -> None:
         """Nodes held back past AVOID_NODE_S, or all of them once a request has gone unmet for

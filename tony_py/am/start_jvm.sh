@@ -5,62 +5,80 @@
 # of a TonY-py version and classpath on a node writes an archive of the classes it loaded as its
 # JVM exits, and later AMs on that node map it. TONY_AM_CDS names the archive (the client hashes
 # the jar and the classpath into it; empty: no archive). It lives beside the NodeManager's own
-# per-user cache (usercache/<user>/, which only this user and the NodeManager may use, and which
-# the NodeManager clears when it starts afresh), never in a shared directory: a JVM maps it as code.
-# A JVM that cannot write one (the JDK refuses some classpaths) starts again without it.
-# The JVM's exit status is this script's.
+# per-user cache (usercache/<user>/, which only this user and the NodeManager may use), never in
+# a shared directory: a JVM maps it as code. An archive written over 30 days ago is removed by
+# the next writer on the node (a later AM writes it anew).
+# A JVM that refuses to start with the option starts again without it, once, and only if it
+# never got as far as its gateway (the AM itself never runs twice).
+# The JVM's exit status is this script's. Written for bash 4.2 and later (no empty "${a[@]}").
 set -u
 java=$1
 shift
 
-cds_opts=()
+cds_opt=
 archive=
 dumping=
 if [ -n "${TONY_AM_CDS:-}" ] && [ -n "${LOCAL_DIRS:-}" ]; then
   # The JDK requires every jar the archive was written with to exist at the same path: the
   # container's links to localized jars (tony-py.jar) die with their container, so the JVM gets
-  # the localized files' own paths, and the archive's name the hash of those (a jar localized
-  # anew gets a new archive). Directories (this container's, last) may differ.
-  resolved=()
-  key=
+  # the localized files' own paths. The archive's name hashes those, and each jar's (and the
+  # java binary's) size and mtime: a jar localized anew or an upgraded install gets a new one.
+  # Directories (this container's, last) may differ.
+  resolved=
+  key=$(stat -L -c '%s %Y' "$java" 2>/dev/null)
   IFS=: read -r -a entries <<< "${CLASSPATH:-}"
-  for entry in "${entries[@]}"; do
+  for entry in ${entries[@]+"${entries[@]}"}; do
     if [ -L "$entry" ]; then
       entry=$(readlink -f "$entry")
     fi
-    resolved+=("$entry")
+    resolved+="${resolved:+:}$entry"
     if [ "$entry" != "$PWD" ]; then
-      key+="$entry:"
+      key+=":$entry"
+      case "$entry" in
+        *'/*') key+=$(stat -L -c '%n %s %Y' "${entry%/\*}"/*.jar 2>/dev/null) ;;
+        *.jar) key+=$(stat -L -c '%s %Y' "$entry" 2>/dev/null) ;;
+      esac
     fi
   done
-  CLASSPATH=$(IFS=:; echo "${resolved[*]}")
-  export CLASSPATH
+  export CLASSPATH="$resolved"
   dir="${LOCAL_DIRS%%,*}/../../tony-py-cds"
   archive="$dir/${TONY_AM_CDS%.jsa}-$(printf '%s' "$key" | cksum | cut -d' ' -f1).jsa"
   if [ -f "$archive" ]; then
-    cds_opts=("-XX:SharedArchiveFile=$archive")
+    cds_opt="-XX:SharedArchiveFile=$archive"
   elif mkdir -p -m 700 "$dir" 2>/dev/null; then
-    # one writer per archive; a lock left by a writer killed mid-dump expires after 10 minutes
-    find "$dir" -maxdepth 1 -name '*.lock' -mmin +10 -delete 2>/dev/null
-    if (set -C; : > "$archive.lock") 2>/dev/null; then
+    # One writer per archive: the lock holds the writer's pid; a lock whose writer is gone (a
+    # JVM killed before it wrote) goes, with its half-written file.
+    # (A day-old lock goes too: its pid may be another process's by now.)
+    if [ -f "$archive.lock" ]; then
+      holder=$(cat "$archive.lock" 2>/dev/null)
+      if ! kill -0 "${holder:-0}" 2>/dev/null || [ -n "$(find "$archive.lock" -mmin +1440 2>/dev/null)" ]; then
+        rm -f "$archive.lock" "$archive.${holder:-none}.tmp"
+      fi
+    fi
+    if (set -C; echo $$ > "$archive.lock") 2>/dev/null; then
       dumping="$archive.$$.tmp"
-      cds_opts=("-XX:ArchiveClassesAtExit=$dumping")
+      cds_opt="-XX:ArchiveClassesAtExit=$dumping"
+      find "$dir" -maxdepth 1 -name 'am-*.jsa' -mtime +30 -delete 2>/dev/null
     fi
   fi
 fi
 
-"$java" "${cds_opts[@]}" "$@"
+if [ -z "$dumping" ]; then
+  exec "$java" ${cds_opt:+"$cds_opt"} "$@"
+fi
+"$java" "$cds_opt" "$@"
 rc=$?
-if [ -n "$dumping" ]; then
-  log=$(readlink -f /proc/$$/fd/1)  # the container's am.log: where the JVM said why it stopped
-  if [ "$rc" -ne 0 ] && [ -f "$log" ] && grep -q "Error occurred during initialization of VM" "$log"; then
-    rm -f "$dumping" "$archive.lock"
-    "$java" "$@"
-    exit $?
-  fi
-  if [ -s "$dumping" ]; then
-    mv -f "$dumping" "$archive"
-  fi
+log=$(readlink -f /proc/$$/fd/1)  # the container's am.log: what the JVM said
+if [ "$rc" -ne 0 ] && [ -f "$log" ] && ! grep -q "\[tony-am-jvm\] gateway on" "$log" \
+    && grep -q "Error occurred during initialization of VM" "$log"; then
   rm -f "$dumping" "$archive.lock"
+  exec "$java" "$@"
+fi
+if [ -s "$dumping" ]; then
+  mv -f "$dumping" "$archive"
+fi
+rm -f "$dumping"
+if [ "$(cat "$archive.lock" 2>/dev/null)" = "$$" ]; then
+  rm -f "$archive.lock"
 fi
 exit $rc

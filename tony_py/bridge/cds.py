@@ -30,7 +30,8 @@ from pathlib import Path
 from tony_py import paths
 
 ENV = "TONY_CLIENT_CDS"
-LOCK_STALE_S = 600.0  # a dumping JVM that died without finishing leaves its lock this long
+LOCK_STALE_S = 24 * 3600.0  # after this a lock's pid may be another process's
+PRUNE_AFTER_S = 30 * 24 * 3600.0  # an archive not rewritten for this long goes
 
 
 def classpath_order(entries: list[str]) -> list[str]:
@@ -72,18 +73,37 @@ class Archive:
             return [f"-XX:SharedArchiveFile={self.path}"]
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock = self.path.with_suffix(".lock")
+        self._clear_dead_lock(lock)
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:  # another client writes it now (or died doing so long ago)
-            with contextlib.suppress(OSError):
-                if time.time() - lock.stat().st_mtime > LOCK_STALE_S:
-                    lock.unlink()
-                    for left in self.path.parent.glob(f"{self.path.stem}.*.tmp"):  # its half-written file
-                        left.unlink(missing_ok=True)
+        except FileExistsError:  # another client writes it now
             return []
-        os.close(fd)
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        for old in self.path.parent.glob("client-*.jsa"):  # archives of installs long gone
+            with contextlib.suppress(OSError):
+                if time.time() - old.stat().st_mtime > PRUNE_AFTER_S:
+                    old.unlink()
         self.dumping = self.path.with_name(f"{self.path.stem}.{os.getpid()}.tmp")
         return [f"-XX:ArchiveClassesAtExit={self.dumping}"]
+
+    def _clear_dead_lock(self, lock: Path) -> None:
+        """A lock whose writer is gone (or a day old: its pid may be another's by now) goes,
+        with that writer's half-written file. A writer holds its lock for its JVM's whole life:
+        the archive is written as the JVM exits."""
+        with contextlib.suppress(OSError, ValueError):
+            holder = int(lock.read_text().strip() or 0)
+            alive = time.time() - lock.stat().st_mtime < LOCK_STALE_S  # (0: its writer is writing its pid)
+            if alive and holder > 0:
+                try:
+                    os.kill(holder, 0)
+                except ProcessLookupError:
+                    alive = False
+                except PermissionError:
+                    pass
+            if not alive:
+                lock.unlink(missing_ok=True)
+                self.path.with_name(f"{self.path.stem}.{holder}.tmp").unlink(missing_ok=True)
 
     def finish(self, proc: subprocess.Popen | None, exited_cleanly: bool) -> None:
         """After the JVM ended: keep what a cleanly ended dumping JVM wrote, drop anything else."""
@@ -95,5 +115,8 @@ class Archive:
                 self.dumping.replace(self.path)
         finally:
             self.dumping.unlink(missing_ok=True)
-            self.path.with_suffix(".lock").unlink(missing_ok=True)
+            lock = self.path.with_suffix(".lock")
+            with contextlib.suppress(OSError, ValueError):
+                if int(lock.read_text().strip() or 0) == os.getpid():  # ours, not a successor's
+                    lock.unlink()
             self.dumping = None

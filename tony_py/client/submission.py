@@ -329,6 +329,7 @@ class Submission:
         if spec.single_node:  # the AM's container runs the task: it needs the task's files too
             am_resources.update(meta.resources)
         java_opts = " ".join([AM_HEAP, *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS])
+        start_jvm = f"bash {{{{PWD}}}}/{RUNTIME_LINK}/tony_py/am/start_jvm.sh "
         # The AM's class-data archive on each node (tony_py/am/start_jvm.sh): one per jar,
         # classpath and options. Not for an AM in a Docker image: what it writes outside its
         # mounts dies with its container, so every AM would pay the writing and none the gain.
@@ -364,7 +365,8 @@ class Submission:
                     **self._renewal_env(resources),
                     **docker_env(spec, spec.docker_am_image),
                 },
-                "commands": [f"bash {{{{PWD}}}}/{RUNTIME_LINK}/tony_py/am/start_jvm.sh {{{{JAVA_HOME}}}}/bin/java "
-                             f"{java_opts} {AM_CLASS} 1><LOG_DIR>/am.log 2>&1"],
+                # (an AM in a Docker image starts its JVM itself: the image need not have bash)
+                "commands": [f"{'' if spec.docker_am_image else start_jvm}{{{{JAVA_HOME}}}}/bin/java {java_opts} "
+                             f"{AM_CLASS} 1><LOG_DIR>/am.log 2>&1"],
             },
         }
