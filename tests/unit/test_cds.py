@@ -76,12 +76,16 @@ def test_a_changed_jar_gets_a_new_archive_and_the_users_own_sharing_option_wins(
 
 def run_start_jvm(tmp_path, *, archive="am-x.jsa", exit_code=0, refuse_dump=False, container="c1", ran=False):
     """start_jvm.sh in a container of its own whose classpath links the localized jar."""
+    # written once: the archive's name hashes java's and the jar's mtimes (a second run that
+    # rewrote them a second later would rightly get another archive)
     java = tmp_path / "java"
-    java.write_text(FAKE_JAVA)
-    java.chmod(0o755)
+    if not java.exists():
+        java.write_text(FAKE_JAVA)
+        java.chmod(0o755)
     jar = tmp_path / "usercache" / "u" / "filecache" / "10" / "tony-py-abc.jar"
     jar.parent.mkdir(parents=True, exist_ok=True)
-    jar.write_bytes(b"jar")
+    if not jar.exists():
+        jar.write_bytes(b"jar")
     appdir = tmp_path / "usercache" / "u" / "appcache" / "app_1"
     workdir = appdir / container
     workdir.mkdir(parents=True, exist_ok=True)
@@ -119,6 +123,15 @@ def test_an_am_whose_jvm_will_not_write_the_archive_starts_without_one(tmp_path)
     assert rc == 0
     assert "-XX:ArchiveClassesAtExit=" in calls[0] and calls[1] == "-Xmx256m Main"
     assert list(store.iterdir()) == []  # no archive, no lock: the next AM tries again
+
+
+def test_a_jar_changed_in_place_gets_a_new_am_archive(tmp_path):
+    run_start_jvm(tmp_path)
+    jar = tmp_path / "usercache" / "u" / "filecache" / "10" / "tony-py-abc.jar"
+    os.utime(jar, (jar.stat().st_atime, jar.stat().st_mtime + 10))  # an in-place upgrade
+    (tmp_path / "calls").unlink()
+    rc, [call], store = run_start_jvm(tmp_path, container="c2")
+    assert "-XX:ArchiveClassesAtExit=" in call and len(list(store.iterdir())) == 2
 
 
 def test_an_am_that_ran_is_never_started_again_whatever_its_jvm_said_at_exit(tmp_path):
