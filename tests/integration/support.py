@@ -330,15 +330,23 @@ def _alive(proc: psutil.Process) -> bool:
 
 
 def wait_clean(cluster: Cluster, timeout: float = 30.0) -> dict:
-    """Wait for running apps, staging dirs and stray processes to be gone; returns what is left."""
+    """Wait for running apps, staging dirs and stray processes to be gone; returns what is left.
+    A daemon slow to answer (a loaded machine: a NameNode in a pause) is asked again until the
+    deadline, not taken for a leak or an error; one that never answers fails the test saying so."""
     deadline = time.monotonic() + timeout
     while True:
-        left = {
-            "apps": [a["id"] for a in cluster.apps("NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING")],
-            "staging": cluster.staging_dirs(),
-            "processes": [f"{p.pid}: {' '.join(p.info.get('cmdline') or [])[:120]}" for p in stray_processes(cluster)
-                          if _alive(p)],
-        }
+        try:
+            left = {
+                "apps": [a["id"] for a in cluster.apps("NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING")],
+                "staging": cluster.staging_dirs(),
+                "processes": [f"{p.pid}: {' '.join(p.info.get('cmdline') or [])[:120]}"
+                              for p in stray_processes(cluster) if _alive(p)],
+            }
+        except requests.RequestException as exc:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the cluster's daemons did not answer for {timeout:.0f} s: {exc}") from None
+            time.sleep(1.0)
+            continue
         if not any(left.values()) or time.monotonic() > deadline:
             return left
         time.sleep(0.5)
