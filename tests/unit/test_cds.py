@@ -56,6 +56,18 @@ def test_the_first_client_jvm_writes_the_archive_and_the_next_maps_it(cache, tmp
     assert not list(first.path.parent.glob("*.lock")) and not list(first.path.parent.glob("*.tmp"))
 
 
+def test_every_conf_dir_shares_the_archive_of_its_jars(cache, tmp_path):
+    """The JDK lets directories after the last jar differ: one archive for every cluster's conf."""
+    jar = tmp_path / "a.jar"
+    jar.write_bytes(b"x")
+    (tmp_path / "conf1").mkdir()
+    (tmp_path / "conf2").mkdir()
+    one = cds.Archive("java", [str(jar), str(tmp_path / "conf1")], [], env={}).path
+    assert cds.Archive("java", [str(jar), str(tmp_path / "conf2")], [], env={}).path == one
+    (tmp_path / "conf1" / "yarn-site.xml").write_text("<configuration/>")  # a directory's mtime moves
+    assert cds.Archive("java", [str(jar), str(tmp_path / "conf1")], [], env={}).path == one
+
+
 def test_a_jvm_killed_while_writing_leaves_no_archive_and_no_lock(cache, tmp_path):
     archive = cds.Archive("java", [str(tmp_path)], [], env={})
     [opt] = archive.options()

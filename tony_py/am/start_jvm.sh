@@ -4,7 +4,7 @@
 # With class-data sharing (tony_py/bridge/cds.py says why and what the JDK checks): the first AM
 # of a TonY-py version and classpath on a node writes an archive of the classes it loaded as its
 # JVM exits, and later AMs on that node map it. TONY_AM_CDS names the archive (the client hashes
-# the jar and the classpath into it; empty: no archive). It lives beside the NodeManager's own
+# the JVM's options into it, this script the java binary and the jars; empty: no archive). It lives beside the NodeManager's own
 # per-user cache (usercache/<user>/, which only this user and the NodeManager may use), never in
 # a shared directory: a JVM maps it as code. An archive written over 30 days ago is removed by
 # the next writer on the node (a later AM writes it anew).

@@ -41,11 +41,16 @@ def classpath_order(entries: list[str]) -> list[str]:
 
 
 def _fingerprint(java: str, classpath: list[str]) -> str:
+    """The java binary and the jars (each one's path, size and mtime). Not the directories: the
+    JDK lets those after the last jar differ, so each HADOOP_CONF_DIR (every test cluster has one)
+    shares one archive instead of writing its own."""
     binary = os.path.realpath(shutil.which(java) or java)
     h = hashlib.sha256(binary.encode())
     with contextlib.suppress(OSError):
         h.update(str(os.stat(binary).st_mtime_ns).encode())
-    for entry in classpath:
+    for entry in classpath_order(classpath):
+        if not entry.endswith((".jar", "*")):
+            break  # the directories, all after the jars
         h.update(b"\0" + entry.encode())
         for jar in sorted(glob.glob(entry)) if entry.endswith("*") else [entry]:
             try:

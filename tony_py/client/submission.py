@@ -330,11 +330,12 @@ class Submission:
             am_resources.update(meta.resources)
         java_opts = " ".join([AM_HEAP, *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS])
         start_jvm = f"bash {{{{PWD}}}}/{RUNTIME_LINK}/tony_py/am/start_jvm.sh "
-        # The AM's class-data archive on each node (tony_py/am/start_jvm.sh): one per jar,
-        # classpath and options. Not for an AM in a Docker image: what it writes outside its
-        # mounts dies with its container, so every AM would pay the writing and none the gain.
-        archive = "" if not spec.am_cds or spec.docker_am_image else "am-" + hashlib.sha256("\0".join(
-            [resources[JAR_LINK].path, *classpath, java_opts]).encode()).hexdigest()[:24] + ".jsa"
+        # The AM's class-data archive on each node (tony_py/am/start_jvm.sh): named here by the JVM's
+        # options; the script adds what it finds on the node (java, the jars). Not for an AM in a
+        # Docker image: what it writes outside its mounts dies with its container, so every AM
+        # would pay the writing and none the gain.
+        archive = "" if not spec.am_cds or spec.docker_am_image else \
+            f"am-{hashlib.sha256(java_opts.encode()).hexdigest()[:16]}.jsa"
         return {
             "name": spec.name,
             "queue": spec.queue,
