@@ -18,10 +18,17 @@ SIGINT, SIGTERM and SIGHUP into a request:
 
 Only the CLI installs the handlers (`install()`); a library user keeps their own, and
 `shielded()` is then a no-op.
+
+A child forked to exec the JVM (Py4J's `preexec_fn=os.setpgrp`) runs Python between fork and
+exec and inherits the handlers: a Ctrl-C landing there must not raise inside the child's
+at-fork hooks (it printed "Exception ignored in: <function _after_fork>"). In any process but
+the one that installed them, the handler gives the signal its default action, as the exec'd
+JVM would.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from contextlib import contextmanager
@@ -37,13 +44,19 @@ class InterruptGuard:
         self.cleaning_up = False
         self.raised = False  # one KeyboardInterrupt per process: the client is ending
         self._depth = 0  # nesting of shielded() in the main thread
+        self._pid = 0  # the process that installed the handlers
 
     def install(self) -> None:
+        self._pid = os.getpid()
         for sig in SIGNALS:
             signal.signal(sig, self._handle)
         self.installed = True
 
     def _handle(self, signum, _frame) -> None:
+        if os.getpid() != self._pid:  # a forked child before its exec
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
         self.received.append(signum)
         if self.pending is None:
             self.pending = signum
