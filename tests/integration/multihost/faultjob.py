@@ -80,9 +80,16 @@ def stale_writers(job: StepperJob, fault_at: float, hosts: set[str] | None = Non
             if w.first < fault_at and (hosts is None or w.host in hosts)]
 
 
-def resumed_at(job: StepperJob, fault_at: float) -> float:
-    """When every task was stepping again after the fault (each has a writer that started later)."""
-    return max(min(w.first for w in ws if w.first > fault_at) for ws in writers(job.steps()).values())
+def resumed_at(job: StepperJob, fault_at: float, timeout: float = 120) -> float:
+    """When every task was stepping again after the fault (each has a writer that started later).
+    Waits for the last of them: the restarted gang's copies do not all take their first step at
+    once, and the one a test waited for may be ahead of the rest (seen in CI)."""
+    def first_after() -> list[float] | None:
+        by_task = writers(job.steps())
+        firsts = [min((w.first for w in ws if w.first > fault_at), default=None) for ws in by_task.values()]
+        return firsts if len(by_task) == job.workers and None not in firsts else None
+
+    return max(wait_for(first_after, timeout, "every task to step on after the fault"))
 
 
 def wait_resumed(job: StepperJob, fault_at: float, task: str, timeout: float = 120) -> None:
