@@ -2,7 +2,8 @@
 
 The client generates it. It reaches each process without ever being an environment variable
 (YARN copies each container's launch script, environment included, into its logs):
-- the AM: a file staged readable by the job's user only and localized into the AM container;
+- the AM: in its container's credentials, like a task container's below (the client adds it to
+  the AM's launch context, beside the AM's own job files under FILE_ALIAS_PREFIX: am/main.py);
 - a task container on YARN: the AM puts it into the container's credentials, which the
   NodeManager writes to the container's token file (HADOOP_TOKEN_FILE_LOCATION, the job
   user's only) as it launches the container. No localization: a task container needs no file
@@ -23,6 +24,9 @@ SECRET_FILE = "tony-secret"
 # The secret key's alias in a task container's credentials (the AM hands it to AmBridge.start).
 CREDENTIALS_ALIAS = "tony-py.app-secret"
 TOKEN_FILE_ENV = "HADOOP_TOKEN_FILE_LOCATION"
+# The AM's job files (the spec, tony-final.xml, tony-job.json), zlib-compressed, as secret keys of
+# its credentials: no localizer on the AM's start (AmBridge.java keeps them out of task containers).
+FILE_ALIAS_PREFIX = "tony-py.file."
 
 
 def generate() -> str:
@@ -64,6 +68,23 @@ def take(cwd: Path | None = None, env: dict | None = None) -> str:
     if len(value) < 32:
         raise RuntimeError(f"{where} does not hold a usable secret")
     return value
+
+
+def job_file(name: str, cwd: Path | None = None, env: dict | None = None) -> str:
+    """One of the AM's job files: from the working dir when YARN localized it there (files too
+    large for credentials), else from the container's credentials."""
+    path = (cwd or Path.cwd()) / name
+    if path.exists():
+        return path.read_text()
+    token_file = (os.environ if env is None else env).get(TOKEN_FILE_ENV)
+    blob = read_secret_key(Path(token_file), FILE_ALIAS_PREFIX + name) if token_file else None
+    if blob is None:
+        raise RuntimeError(f"{name} is neither in the working dir nor in the container's credentials "
+                           f"({token_file or 'no ' + TOKEN_FILE_ENV}): this process was not started by a "
+                           "TonY-py client")
+    import zlib  # the AM's only
+
+    return zlib.decompress(blob).decode()
 
 
 # ---- Hadoop's token storage file -------------------------------------------------------------
@@ -112,6 +133,11 @@ class _Reader:
 
 def read_secret_key(path: Path, alias: str) -> bytes | None:
     """The secret key stored under alias in a Hadoop token storage file, or None."""
+    return read_secret_keys(path).get(alias)
+
+
+def read_secret_keys(path: Path) -> dict[str, bytes]:
+    """Every secret key of a Hadoop token storage file, by alias."""
     data = path.read_bytes()
     if not data.startswith(TOKEN_STORAGE_MAGIC):
         raise RuntimeError(f"{path} is not a Hadoop token storage file")
@@ -125,10 +151,10 @@ def read_secret_key(path: Path, alias: str) -> bytes | None:
         for _ in range(r.vint()):
             for _field in range(5):  # alias, identifier, password, kind, service
                 r.blob()
+        keys = {}
         for _ in range(r.vint()):
             name, value = r.blob(), r.blob()
-            if name == alias.encode():
-                return value
-    except ValueError:
+            keys[name.decode()] = value
+    except (ValueError, UnicodeDecodeError):
         raise RuntimeError(f"{path} is a truncated or corrupt token storage file") from None
-    return None
+    return keys

@@ -266,6 +266,24 @@ def executor_pid(cluster, app_id: str, container: str) -> int:
     raise AssertionError(f"no executor log for {container}")
 
 
+def container_credentials(cluster, app_id: str) -> dict[str, dict[str, bytes]]:
+    """The secret keys of each of the app's containers' token files (the NodeManager writes them
+    into the container's working dir), by container id."""
+    from tony_py.appsecret import read_secret_keys
+
+    return {f.parent.name: read_secret_keys(f)
+            for f in cluster.workdir.glob(f"data/nm*/local/usercache/*/appcache/{app_id}/container_*/container_tokens")}
+
+
+def app_secret(cluster, app_id: str) -> str | None:
+    """The job's secret, as its AM reads it: from the AM container's credentials (None until the
+    AM's container is there; gone with it)."""
+    from tony_py.appsecret import CREDENTIALS_ALIAS
+
+    am = [keys for container, keys in container_credentials(cluster, app_id).items() if container.endswith("_000001")]
+    return am[0][CREDENTIALS_ALIAS].decode() if am else None
+
+
 def probe_records(tmp_path) -> dict[str, dict]:
     return {p.stem: json.loads(p.read_text()) for p in (tmp_path / "probe").glob("*.json")}
 

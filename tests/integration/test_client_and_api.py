@@ -17,7 +17,9 @@ from urllib.parse import urlparse
 import pytest
 import requests
 
-from support import PYTHON, ROOT, USER, app_id_in, clean_up, probe_records, wait_clean, wait_for
+from support import (PYTHON, ROOT, USER, app_id_in, app_secret, clean_up, container_credentials, probe_records,
+                     wait_clean, wait_for)
+from tony_py.appsecret import CREDENTIALS_ALIAS, FILE_ALIAS_PREFIX
 from tony_py.auth import Signer, call_json, call_signed
 
 
@@ -30,8 +32,18 @@ def test_api_obeys_only_signed_fresh_requests_and_ctrl_c_kills_the_app(cluster, 
         record = wait_for(lambda: probe_records(tmp_path).get("worker:0"), 120, "the task to start")
         am = f"http://{record['AM_HOST']}:{record['AM_PORT']}"
         app_id = record["JOB_ID"]
-        secret = next(cluster.workdir.glob(f"data/nm*/local/usercache/*/appcache/{app_id}/filecache/*/tony-secret"))
-        secret = secret.read_text().strip()
+        secret = app_secret(cluster, app_id)
+        # The AM's job files and the secret came in its credentials, so its container started
+        # without a localizer; the task's container holds the secret and none of the AM's files.
+        credentials = container_credentials(cluster, app_id)
+        am_container = next(c for c in credentials if c.endswith("_01_000001"))
+        assert sorted(credentials[am_container]) == [CREDENTIALS_ALIAS] + [
+            FILE_ALIAS_PREFIX + name for name in ("tony-final.xml", "tony-job.json", "tony-spec.json")]
+        assert len(credentials) == 2 and all(sorted(keys) == [CREDENTIALS_ALIAS] for c, keys in credentials.items()
+                                             if c != am_container)
+        nm_logs = "".join(p.read_text(errors="replace") for p in cluster.workdir.glob("logs/nodemanager*.log"))
+        assert f"{am_container} transitioned from NEW to LOCALIZING" in nm_logs
+        assert f"Created localizer for {am_container}" not in nm_logs
         signer = Signer(secret, "test-client")
         status_before = call_json(signer, am, "GET", "/status.json", None, 5)[1]
         assert [t["state"] for t in status_before["tasks"]] == ["RUNNING"]

@@ -5,7 +5,7 @@ import os
 import shutil
 import threading
 
-from support import JOBS, PYTHON, probe_records, wait_for
+from support import JOBS, PYTHON, Background, app_secret, probe_records, wait_for
 
 
 def only_line(text):
@@ -18,18 +18,20 @@ def test_tensorflow_environment(tony, probe_args, tmp_path, cluster):
     (tmp_path / "vocab.txt").write_text("a b c")
     (tmp_path / "shards").mkdir()
     (tmp_path / "shards" / "part-0").write_text("x")
-    run = tony(*probe_args("tony.chief.instances=1", "tony.worker.instances=2", "tony.ps.instances=1",
-                           "tony.evaluator.instances=1", "tony.worker.memory=512m", "tony.ps.memory=512m",
-                           "tony.chief.memory=512m", "tony.evaluator.memory=512m",
-                           f"tony.containers.resources={tmp_path / 'vocab.txt'}",
-                           f"tony.worker.resources={tmp_path / 'shards'}::data",
-                           params="--forever ps:0 --after-record ps:0 --marker password=hunter2"),
-               "--shell_env", "PROBE_SHELL_ENV=shell", "--container_env", "PROBE_CONTAINER_ENV=container",
-               "--shell_env", "PYTHONPATH=/opt/site-libs")
+    job = Background(cluster, probe_args(
+        "tony.chief.instances=1", "tony.worker.instances=2", "tony.ps.instances=1",
+        "tony.evaluator.instances=1", "tony.worker.memory=512m", "tony.ps.memory=512m",
+        "tony.chief.memory=512m", "tony.evaluator.memory=512m",
+        f"tony.containers.resources={tmp_path / 'vocab.txt'}",
+        f"tony.worker.resources={tmp_path / 'shards'}::data",
+        params="--forever ps:0 --after-record ps:0 --marker password=hunter2") + [
+        "--shell_env", "PROBE_SHELL_ENV=shell", "--container_env", "PROBE_CONTAINER_ENV=container",
+        "--shell_env", "PYTHONPATH=/opt/site-libs"])
+    # read while the job runs: the AM's container (its token file) goes with the job
+    secret = wait_for(lambda: job.app_id and app_secret(cluster, job.app_id), 120, "the AM's credentials")
+    run = job.wait()
     assert run.rc == 0, run.output[-3000:]
     rec = probe_records(tmp_path)
-    secret = next(cluster.workdir.glob(f"data/nm*/local/usercache/*/appcache/{run.app_id}/filecache/*/tony-secret"))
-    secret = secret.read_text().strip()
     assert len(secret) == 64
     assert sorted(rec) == ["chief:0", "evaluator:0", "ps:0", "worker:0", "worker:1"]
     # task_params may carry credentials: the executor logs the script and an argument count

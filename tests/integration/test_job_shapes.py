@@ -260,7 +260,7 @@ def test_priority_lifetime_resources_and_conf_files(tony, probe_args, tmp_path, 
         lifetime = timeouts["timeouts"]["timeout"][0]
         assert lifetime["type"] == "LIFETIME" and 0 < lifetime["remainingTimeInSeconds"] <= 660
         am_dir = next(d for d in cluster.workdir.glob(f"data/nm*/local/usercache/{USER}/appcache/{job.app_id}/container_*")
-                      if (d / "tony-job.json").exists())
+                      if (d / "hdfs-site.xml").exists())
         assert "tony.test.marker" in (am_dir / "hdfs-site.xml").read_text()  # the AM reads the job's own file
     finally:
         release.touch()

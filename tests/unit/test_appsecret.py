@@ -58,3 +58,56 @@ def test_take_says_what_is_missing_or_broken(tmp_path):
     (tmp_path / SECRET_FILE).write_text("too short")
     with pytest.raises(RuntimeError, match="does not hold a usable secret"):
         appsecret.take(tmp_path, {TOKEN_FILE_ENV: str(short)})
+
+
+# ---- the AM's job files in its credentials --------------------------------------------------------
+def _vint(i: int) -> bytes:
+    """Hadoop's WritableUtils.writeVInt, for the token files these tests write."""
+    if -112 <= i <= 127:
+        return bytes([i & 0xFF])
+    first, value = (-120, ~i) if i < 0 else (-112, i)
+    body = value.to_bytes((value.bit_length() + 7) // 8, "big")
+    return bytes([(first - len(body)) & 0xFF]) + body
+
+
+def _token_file(path: Path, keys: dict[str, bytes]) -> Path:
+    data = b"HDTS\x00" + _vint(0) + _vint(len(keys))
+    for alias, value in keys.items():
+        data += _vint(len(alias)) + alias.encode() + _vint(len(value)) + value
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("value", [0, 127, -112, -1, 128, 300, -200, 2**31 - 1, 70_000])
+def test_the_test_writer_encodes_as_hadoop_reads(value):
+    assert _Reader(_vint(value)).vint() == value
+
+
+def test_the_ams_job_files_come_from_its_credentials_unless_localized(tmp_path):
+    from tony_py.am.launch import am_credential_files
+
+    files = {"tony-spec.json": '{"framework": "pytorch"}', "tony-final.xml": "<configuration/>" + "x" * 5000}
+    keys = am_credential_files(files)
+    assert sorted(keys) == [appsecret.FILE_ALIAS_PREFIX + "tony-final.xml", appsecret.FILE_ALIAS_PREFIX + "tony-spec.json"]
+    assert len(keys[appsecret.FILE_ALIAS_PREFIX + "tony-final.xml"]) < 200  # compressed: the RM keeps them
+    env = {TOKEN_FILE_ENV: str(_token_file(tmp_path / "tokens", {CREDENTIALS_ALIAS: b"s" * 64, **keys}))}
+    work = tmp_path / "work"
+    work.mkdir()
+    assert {name: appsecret.job_file(name, work, env) for name in files} == files
+    assert appsecret.take(work, env) == "s" * 64
+    (work / "tony-spec.json").write_text("localized")  # too large for credentials: YARN localized it
+    assert appsecret.job_file("tony-spec.json", work, env) == "localized"
+    with pytest.raises(RuntimeError, match="tony-job.json is neither in the working dir nor in the container's "
+                                           "credentials"):
+        appsecret.job_file("tony-job.json", work, env)
+    with pytest.raises(RuntimeError, match="no HADOOP_TOKEN_FILE_LOCATION"):
+        appsecret.job_file("tony-job.json", work, {})
+
+
+def test_job_files_too_large_for_credentials_are_left_to_localization():
+    import os as _os
+
+    from tony_py.am.launch import AM_CREDENTIAL_FILES_MAX_BYTES, am_credential_files
+
+    assert am_credential_files({"tony-spec.json": "{}" * AM_CREDENTIAL_FILES_MAX_BYTES}) is not None  # compresses
+    assert am_credential_files({"tony-spec.json": _os.urandom(AM_CREDENTIAL_FILES_MAX_BYTES).hex()}) is None

@@ -278,3 +278,36 @@ def test_a_compressed_answer_past_its_limit_or_cut_short_is_refused():
         gunzip(gzip.compress(b"x" * 10_000), 9_999)
     with pytest.raises(ValueError, match="truncated"):
         gunzip(two[:-6], 100)
+
+
+def test_the_src_dir_is_served_once_the_am_has_fetched_it_and_a_failed_fetch_is_final(am, tmp_path):
+    """The AM downloads the archive from the staging dir as it starts (no localizer): an executor
+    asking before that waits for it; one the AM could not get is each asker's setup failure, with
+    the reason, at once (not retried for the AM-lost timeout)."""
+    src = tmp_path / "src.zip"
+    fetched = threading.Event()
+
+    def fetch():
+        fetched.wait(10)
+        src.write_bytes(b"zipped")
+
+    am.job_files = JobFiles(b'{"spec": {}, "final_conf": ""}', src, fetch)
+    channel = AmChannel(am.url, am.signer, give_up_after_s=5)
+    threading.Timer(0.3, fetched.set).start()
+    began = time.monotonic()
+    assert channel.download_src("worker:0", tmp_path / "got.zip") == 6 and time.monotonic() - began >= 0.25
+
+    def broken():
+        raise RuntimeError("java.io.FileNotFoundException: tony_src_app_1.zip")
+
+    failing = AmHttpServer(("127.0.0.1", 0), am.h.c, Verifier(SECRET), lambda trusted: {},
+                           job_files=JobFiles(b"{}", tmp_path / "never.zip", broken))
+    threading.Thread(target=failing.serve_forever, daemon=True).start()
+    channel = AmChannel(f"http://127.0.0.1:{failing.port}", am.signer, give_up_after_s=5)
+    try:
+        for _ in range(2):
+            with pytest.raises(RequestRefused, match="424.*cannot read the src_dir archive: java.io.FileNotFound"):
+                channel.download_src("worker:0", tmp_path / "none.zip")
+    finally:
+        failing.shutdown()
+        failing.server_close()

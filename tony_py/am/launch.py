@@ -22,6 +22,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
+from tony_py import appsecret
 from tony_py.am.gpus import visible_devices_env
 from tony_py.am.tasks import Task
 from tony_py.config.spec import FINAL_CONF_FILE, SPEC_FILE, TENSORBOARD_TYPE, JobSpec
@@ -37,6 +38,22 @@ EXECUTOR_LOG = "executor.log"
 # per node, cached there), whose per-node localizer then is the smaller cost.
 AM_SRC_MAX_BYTES = 8 << 20
 AM_SRC_TOTAL_MAX_BYTES = 256 << 20
+
+
+JOB_META_FILE = "tony-job.json"  # JobMeta, what the AM reads first
+# The AM's own job files (JOB_META_FILE, the spec, tony-final.xml) travel in its credentials while
+# they compress to at most this much: the ResourceManager keeps every application's launch
+# context, credentials included, in memory and in its state store. Larger ones are localized.
+AM_CREDENTIAL_FILES_MAX_BYTES = 64 << 10
+
+
+def am_credential_files(files: dict[str, str]) -> dict[str, bytes] | None:
+    """The AM's job files as secret keys of its credentials (appsecret.job_file reads them back),
+    or None if they are too large for that."""
+    import zlib  # the client's business
+
+    keys = {appsecret.FILE_ALIAS_PREFIX + name: zlib.compress(text.encode(), 6) for name, text in files.items()}
+    return keys if sum(len(v) for v in keys.values()) <= AM_CREDENTIAL_FILES_MAX_BYTES else None
 
 
 def am_serves_src(size: int, tasks: int) -> bool:
@@ -58,7 +75,7 @@ def job_file_delivery(kerberos: bool, single_node: bool, src_link: str | None, s
 
 @dataclass
 class JobMeta:
-    """What the client staged for the job (tony-job.json, localized into the AM container)."""
+    """What the client staged for the job (tony-job.json, in the AM's credentials or localized)."""
 
     app_id: str
     staging_dir: str
@@ -69,6 +86,7 @@ class JobMeta:
     src_zip: str | None = None  # link name of the zipped src_dir, unpacked by the executor
     files_from_am: bool = False  # the AM serves the spec and tony-final.xml (GET /v1/job): not localized
     src_from_am: bool = False  # the AM serves src_zip (GET /v1/src) instead of YARN localizing it
+    src_path: str | None = None  # where the AM downloads src_zip from, when it serves it
     extra: dict = field(default_factory=dict)
 
     @classmethod

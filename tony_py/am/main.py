@@ -15,8 +15,10 @@ import socket
 import sys
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from py4j.java_gateway import GatewayParameters, JavaGateway
 from py4j.protocol import Py4JError, Py4JJavaError
@@ -30,7 +32,7 @@ from tony_py.am import events as ev
 from tony_py.am import report
 from tony_py.am import tokens
 from tony_py.am.history import HistoryWriter
-from tony_py.am.launch import JobMeta
+from tony_py.am.launch import JOB_META_FILE, JobMeta
 from tony_py.am.local import LocalProcessPort
 from tony_py.am.runtime import Abandon, AmRuntime, placement_refused
 from tony_py.am.tasks import Task
@@ -44,15 +46,31 @@ from tony_py.config.spec import FINAL_CONF_FILE, SPEC_FILE, JobSpec
 
 log = logging.getLogger("tony.am")
 
-JOB_META = "tony-job.json"
 # The RM ends an AM attempt it has not heard from for yarn.am.liveness-monitor.expiry-interval-ms
 # and may start the next one: after half that without an answer, this attempt stops renewing its
 # executors' leases (AmRuntime._watch_rm), never sooner than this.
 RM_SILENCE_MIN_S = 3.0
 
 
-def load_spec(path: Path) -> JobSpec:
-    return JobSpec.from_dict(json.loads(path.read_text()))
+def _fetch_src(bridge, meta: JobMeta) -> tuple[Path, Callable[[], object]]:
+    """The src_dir archive the AM serves, downloaded from the staging dir in the background (a
+    localized copy would make the AM's container wait for a localizer, ~0.2 s); and what waits
+    for it. An archive localized by an older client's job is used as it is."""
+    target = Path.cwd() / meta.src_zip
+    done: Future = Future()
+    if target.exists() or not meta.src_path:
+        done.set_result(None)
+        return target.resolve(), done.result
+
+    def download() -> None:
+        try:
+            bridge.fs().download(meta.src_path, str(target))
+            done.set_result(None)
+        except BaseException as exc:  # noqa: BLE001 - each request for the archive reports it
+            done.set_exception(exc)
+
+    threading.Thread(target=download, name="am-src-fetch", daemon=True).start()
+    return target, done.result
 
 
 def log_url_for(user: str):
@@ -124,18 +142,19 @@ def connect() -> Attempt:
     bridge = gateway.entry_point
     bridge.defaultsUnlessConfigured(json.dumps(HDFS_CLOSE_RETRY))  # before any HDFS write
     number = bridge.attemptNumber()
-    spec = load_spec(Path(SPEC_FILE))
-    meta = JobMeta.from_json(json.loads(Path(JOB_META).read_text()))
+    spec = JobSpec.from_dict(json.loads(appsecret.job_file(SPEC_FILE)))
+    meta = JobMeta.from_json(json.loads(appsecret.job_file(JOB_META_FILE)))
     log.info("AM for %s attempt %d: %s, %d tasks", meta.app_id, number, spec.framework, len(spec.tasks()))
     host = os.environ.get("NM_HOST") or socket.getfqdn()
     # the secret goes into task containers' credentials, under the alias executors look for
     bridge.start(BURST_HEARTBEAT_MS, appsecret.CREDENTIALS_ALIAS, secret)
     store = StateStore(bridge.fs(), meta.staging_dir)
+    src_zip, src_ready = _fetch_src(bridge, meta) if meta.src_from_am else (None, lambda: None)
     user = os.environ.get("USER") or meta.user
-    final_conf = Path(FINAL_CONF_FILE).read_text()
+    final_conf = appsecret.job_file(FINAL_CONF_FILE)
     am = AmRuntime(spec, meta, secret, host, socket.gethostbyname(host), proxy_addresses(bridge),
                    final_conf=final_conf if meta.files_from_am else None,
-                   src_zip=Path(meta.src_zip).resolve() if meta.src_from_am else None,
+                   src_zip=src_zip, src_ready=src_ready,
                    extra_status=lambda: {"am_attempt": number, "snapshot_current": store.current(am.coordinator),
                                          "user": user, "am_log_url": own_log_url(user)},
                    log_url=single_node_log_url(user) if spec.single_node else log_url_for(user),

@@ -83,11 +83,12 @@ class AmRuntime:
     def __init__(self, spec: JobSpec, meta: JobMeta, secret: str, host: str, bind_ip: str,
                  trusted_addresses: frozenset[str] = frozenset(), extra_status: Callable[[], dict] = dict,
                  log_url: Callable[[TaskView], str | None] = lambda t: None, events: EventLog | None = None,
-                 final_conf: str | None = None, src_zip: Path | None = None,
+                 final_conf: str | None = None, src_zip: Path | None = None, src_ready=lambda: None,
                  rm_silence: Callable[[], float] | None = None, rm_silence_limit_s: float = float("inf"),
                  proxy_viewer: Callable[[str | None], bool] = lambda user: True):
         """final_conf (tony-final.xml's text) and src_zip (the zipped src_dir) are what executors
-        fetch before registering (GET /v1/job, /v1/src), when the AM serves them (not None)."""
+        fetch before registering (GET /v1/job, /v1/src), when the AM serves them (not None);
+        src_ready() blocks until src_zip is there."""
         self.spec = spec
         self.meta = meta
         self.host = host
@@ -105,7 +106,7 @@ class AmRuntime:
         self._advice: tuple[str | None, float, list[dict]] | None = None  # (final status, when, findings)
         self._min_allocation, self._max_allocation = allocation_limits()  # (the NodeManager's yarn-site)
         job_files = None if final_conf is None else JobFiles(
-            json.dumps({"spec": spec.to_dict(), "final_conf": final_conf}).encode(), src_zip)
+            json.dumps({"spec": spec.to_dict(), "final_conf": final_conf}).encode(), src_zip, src_ready)
         self.server = AmHttpServer((bind_ip, 0), None, self.verifier, self.status,
                                    trusted_addresses=trusted_addresses, max_connections=2 * len(spec.tasks()) + 64,
                                    job_files=job_files, proxy_viewer=proxy_viewer)

@@ -58,6 +58,9 @@ class JobFiles:
 
     job: bytes  # GET /v1/job: JSON {"spec": the JobSpec as a dict, "final_conf": tony-final.xml's text}
     src_zip: Path | None = None  # GET /v1/src: the zipped src_dir, when the AM serves it
+    # Blocks until src_zip is there (the AM downloads it from the staging dir as it starts: a
+    # localized copy would cost the AM's container a localizer); raises if it cannot be.
+    src_ready: Callable[[], object] = lambda: None
 
 
 class AmHttpServer:
@@ -233,10 +236,14 @@ class AmHttpServer:
             return self._refusal(request)
         if self.job_files is None or self.job_files.src_zip is None:
             return self._signed(404, {"error": "this AM does not serve the src_dir"}, nonce)
-        path = self.job_files.src_zip
+        path, ready = self.job_files.src_zip, self.job_files.src_ready
         if self._src is None:  # a whole gang asks at once: one read, every request waits on it
-            self._src = asyncio.ensure_future(self.http.in_thread(_size_and_digest, path))
-        size, digest = await asyncio.shield(self._src)
+            self._src = asyncio.ensure_future(self.http.in_thread(_size_and_digest, path, ready))
+        try:
+            size, digest = await asyncio.shield(self._src)
+        except Exception as exc:  # noqa: BLE001 - HDFS retried already: final, not a 5xx that executors retry
+            log.warning("cannot serve the src_dir archive: %s", exc)
+            return self._signed(424, {"error": f"the AM cannot read the src_dir archive: {exc}"}, nonce)
         signature = self.verifier.sign_answer(nonce, 200, b"", digest)
         return Response(200, content_type="application/zip", headers=((RESPONSE_HEADER, signature),),
                         file=path, file_size=size)
@@ -326,8 +333,10 @@ class AmHttpServer:
         return None
 
 
-def _size_and_digest(path: Path) -> tuple[int, str]:
-    """What an answer sending the file is signed with (the file itself is sent by sendfile)."""
+def _size_and_digest(path: Path, ready: Callable[[], object] = lambda: None) -> tuple[int, str]:
+    """What an answer sending the file is signed with (the file itself is sent by sendfile), once
+    ready() says the file is there."""
+    ready()
     with open(path, "rb") as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
         return f.tell(), digest

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from tony_py import appsecret, paths
-from tony_py.am.launch import (JAR_LINK, RUNTIME_LINK, JobMeta, docker_env, job_file_delivery,
-                               needs_hadoop_in_task)
+from tony_py.am.launch import (JAR_LINK, JOB_META_FILE, RUNTIME_LINK, JobMeta, am_credential_files, docker_env,
+                               job_file_delivery, needs_hadoop_in_task)
 from tony_py.bridge import cds, jvm
 from tony_py.bridge.interrupts import guard
 from tony_py import timeline
@@ -29,10 +29,10 @@ from tony_py.bridge.gateway import BridgeError, ClientGateway, JvmLaunch
 from tony_py.client.flags import SubmitArgs
 from tony_py.client.prepare import (SRC_LINK, VENV_LINK, PreparedJob, fetch_conf_file, final_conf,
                                     hadoop_overrides, is_remote, prepare, resource_entries)
-from tony_py.client.staging import Resource, Stager, build_runtime_zip, sha256_file, zip_src_dir
+from tony_py.client.staging import Resource, Stager, runtime_zip, sha256_file, zip_src_dir
 from tony_py.config import checks
 from tony_py.config.fit import check_fits
-from tony_py.config.spec import SPEC_FILE, TENSORBOARD_TYPE
+from tony_py.config.spec import FINAL_CONF_FILE, SPEC_FILE, TENSORBOARD_TYPE
 from tony_py.config.layers import TonyConf
 from tony_py.config.xmlconf import to_xml
 from tony_py.errors import ConfigError, UsageError
@@ -89,6 +89,7 @@ class Submission:
         self.stager: Stager | None = None
         self.submitted = False
         self.secret: str | None = None
+        self.am_secret_keys: dict[str, bytes] = {}  # what the AM's credentials carry besides tokens
         self._app_classpath: list[str] | None = None
         self.kerberos = False
         self.tokens_end_ms = 0  # without a keytab on a Kerberos cluster: when the job's tokens die
@@ -188,6 +189,7 @@ class Submission:
             src_zip=src_zip,
             files_from_am=files_from_am,
             src_from_am=src_from_am,
+            src_path=resources[SRC_LINK].path if src_from_am else None,
             extra={"hdfs_classpath": hdfs_cp, "type_resources": type_links,
                    "hadoop_classpath": self._application_classpath()},
         )
@@ -197,9 +199,9 @@ class Submission:
     def _stage_code(self, tmp: Path, resources: dict[str, Resource], task_links: list[str]) -> str | None:
         """TonY-py's runtime and jar, the venv and the src_dir; the src_dir's link, if any."""
         args, st = self.job.args, self.stager
-        runtime = build_runtime_zip(tmp / "runtime.zip")
+        runtime = runtime_zip(tmp / "runtime.zip")
         resources[RUNTIME_LINK] = st.upload_cached(
-            runtime, f"tony-runtime-{sha256_file(runtime, remember=False)[:20]}.zip", "ARCHIVE")
+            runtime, f"tony-runtime-{sha256_file(runtime, remember=runtime.parent != tmp)[:20]}.zip", "ARCHIVE")
         task_links.append(RUNTIME_LINK)
         jar = paths.locate_jar()
         resources[JAR_LINK] = st.upload_cached(jar, f"tony-py-{sha256_file(jar)[:20]}.jar", "FILE")
@@ -250,17 +252,29 @@ class Submission:
         for name, local in self.job.hadoop_conf_files.items():  # first on the AM's classpath
             resources[name] = st.upload_private(Path(local), name)
         self.secret = appsecret.generate()
-        resources[appsecret.SECRET_FILE] = st.write_text(appsecret.SECRET_FILE, self.secret, mode=0o600)
         keytab = self.job.conf.get("tony.keytab.location")
         if self.kerberos and keytab:  # the AM's only: it renews the job's tokens with it (TokenRenewal.java)
             resources[KEYTAB_LINK] = st.upload_private(Path(keytab), KEYTAB_LINK)
-        resources["tony-final.xml"] = st.write_text("tony-final.xml", to_xml(final_conf(self.job, self.app_id)))
         intermediate, finished = history_layout.roots(self.job.conf.get, st.home)
         spec = dataclasses.replace(self.job.spec, history_intermediate=intermediate, history_finished=finished)
-        resources[SPEC_FILE] = st.write_text(SPEC_FILE, json.dumps(spec.to_dict()))
+        files = {FINAL_CONF_FILE: to_xml(final_conf(self.job, self.app_id)), SPEC_FILE: json.dumps(spec.to_dict())}
+        if not meta.files_from_am:  # task containers localize these two (jobfiles.py)
+            for name, text in files.items():
+                resources[name] = st.write_text(name, text)
         shipped = set(meta.task_resources).union(*type_links.values())
         meta.resources = {k: v.to_json() for k, v in resources.items() if k in shipped}
-        resources["tony-job.json"] = st.write_text("tony-job.json", json.dumps(meta.to_json(), indent=1))
+        files[JOB_META_FILE] = json.dumps(meta.to_json())
+        # The AM's job files and the secret travel in the AM's credentials (appsecret.py): its
+        # container then starts without a localizer, unless it has files of its own to localize
+        # (site files, a keytab, a single-node job's task files) or these are too large.
+        self.am_secret_keys = {appsecret.CREDENTIALS_ALIAS: self.secret.encode()}
+        in_credentials = am_credential_files(files)
+        if in_credentials is None:
+            for name, text in files.items():
+                if name not in resources:
+                    resources[name] = st.write_text(name, text)
+        else:
+            self.am_secret_keys.update(in_credentials)
 
     def _user_resources(self, key: str, tmp: Path) -> list[tuple[str, Resource]]:
         """The entries of a resources key, each file once (empty and repeated entries skipped)."""
@@ -318,14 +332,12 @@ class Submission:
         # The container's directory (the staged site files) before the cluster's own conf dir, and
         # every directory after the last jar: the JDK archives classes only then (cds.py).
         classpath = cds.classpath_order(["{{PWD}}", "{{PWD}}/" + JAR_LINK] + self._application_classpath())
-        am_resources = {k: resources[k].to_json()
-                        for k in (JAR_LINK, RUNTIME_LINK, "tony-final.xml", SPEC_FILE, "tony-job.json",
-                                  appsecret.SECRET_FILE)}
+        am_resources = {k: resources[k].to_json() for k in (JAR_LINK, RUNTIME_LINK)}
+        if appsecret.FILE_ALIAS_PREFIX + JOB_META_FILE not in self.am_secret_keys:  # too large: localized
+            am_resources.update({k: resources[k].to_json() for k in (FINAL_CONF_FILE, SPEC_FILE, JOB_META_FILE)})
         am_resources.update({name: resources[name].to_json() for name in self.job.hadoop_conf_files})
         if KEYTAB_LINK in resources:
             am_resources[KEYTAB_LINK] = resources[KEYTAB_LINK].to_json()
-        if meta.src_from_am:  # served to the executors from the AM's copy
-            am_resources[SRC_LINK] = resources[SRC_LINK].to_json()
         if spec.single_node:  # the AM's container runs the task: it needs the task's files too
             am_resources.update(meta.resources)
         java_opts = " ".join([AM_HEAP, *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS])
@@ -355,6 +367,7 @@ class Submission:
             "memory_mb": spec.am.memory_mb,
             "vcores": spec.am.vcores,
             "gpus": spec.am.gpus,
+            "secret_keys": {alias: base64.b64encode(value).decode() for alias, value in self.am_secret_keys.items()},
             "launch": {
                 "resources": am_resources,
                 "env": {

@@ -212,7 +212,13 @@ public final class AmBridge {
     }
   }
 
-  /** The AM's credentials minus the AMRM token, plus the app secret: what task containers hold. */
+  /** Secret keys of the AM's credentials that carry its job files (tony_py/appsecret.py). */
+  static final String AM_FILE_ALIAS_PREFIX = "tony-py.file.";
+
+  /**
+   * The AM's credentials minus the AMRM token and the AM's job files, plus the app secret: what
+   * task containers hold.
+   */
   private static ByteBuffer taskTokens(String secretAlias, String appSecret) throws IOException {
     Credentials creds = UserGroupInformation.getCurrentUser().getCredentials();
     Credentials copy = new Credentials(creds);
@@ -221,6 +227,11 @@ public final class AmBridge {
     while (it.hasNext()) {
       if (AMRMTokenIdentifier.KIND_NAME.equals(it.next().getKind())) {
         it.remove();
+      }
+    }
+    for (Text alias : new ArrayList<>(copy.getAllSecretKeys())) {
+      if (alias.toString().startsWith(AM_FILE_ALIAS_PREFIX)) {  // the AM's own job files
+        copy.removeSecretKey(alias);
       }
     }
     copy.addSecretKey(new Text(secretAlias), appSecret.getBytes(StandardCharsets.UTF_8));

@@ -3,6 +3,7 @@ package io.tonypy.client;
 import io.tonypy.bridge.FsBridge;
 import io.tonypy.bridge.Json;
 import io.tonypy.bridge.LaunchSpecs;
+import com.google.gson.JsonElement;
 import com.google.gson.JsonObject;
 import java.io.IOException;
 import java.net.InetSocketAddress;
@@ -197,7 +198,7 @@ public final class ClientBridge {
    * HADOOP_TOKEN_FILE_LOCATION), mode 0600.
    */
   public void writeTokenFile(String path) throws IOException, YarnException {
-    ByteBuffer tokens = securityTokens(new ArrayList<>());
+    ByteBuffer tokens = withSecretKeys(securityTokens(new ArrayList<>()), null);
     if (tokens == null) {
       throw new IOException("this cluster does not use Kerberos: there are no delegation tokens to write");
     }
@@ -287,13 +288,34 @@ public final class ClientBridge {
     }
     ctx.setResource(res);
     boolean security = !spec.has("security") || spec.get("security").getAsBoolean();
-    ByteBuffer tokens = security ? securityTokens(Json.strings(spec, "token_file_systems")) : null;
+    Credentials creds = security ? securityTokens(Json.strings(spec, "token_file_systems")) : null;
+    ByteBuffer tokens = withSecretKeys(creds, spec.getAsJsonObject("secret_keys"));
     // Tokens the user already held (a scheduler's token file) are theirs to use again after this
     // job: the ResourceManager must not cancel them when the application ends.
     ctx.setCancelTokensWhenComplete(!holdsTokens());
     ContainerLaunchContext clc = LaunchSpecs.toLaunchContext(spec.get("launch").toString(), tokens);
     ctx.setAMContainerSpec(clc);
     yarn.submitApplication(ctx);
+  }
+
+  /**
+   * The AM's credentials (null: none) with secretKeys ({alias: base64}) added: the app secret and
+   * the AM's own job files, which the NodeManager then writes to the AM container's token file
+   * (the job user's only) without a localizer (tony_py/appsecret.py).
+   */
+  private static ByteBuffer withSecretKeys(Credentials creds, JsonObject secretKeys) throws IOException {
+    if (secretKeys != null && secretKeys.size() > 0) {
+      creds = creds == null ? new Credentials() : creds;
+      for (Map.Entry<String, JsonElement> e : secretKeys.entrySet()) {
+        creds.addSecretKey(new Text(e.getKey()), java.util.Base64.getDecoder().decode(e.getValue().getAsString()));
+      }
+    }
+    if (creds == null) {
+      return null;
+    }
+    DataOutputBuffer dob = new DataOutputBuffer();
+    creds.writeTokenStorageToStream(dob);
+    return ByteBuffer.wrap(dob.getData(), 0, dob.getLength());
   }
 
   /**
@@ -304,7 +326,7 @@ public final class ClientBridge {
    * renews them while the application runs). A file system whose token the user already holds
    * is not asked again, so a token-file-only client (Azkaban, Oozie) submits without a ticket.
    */
-  private ByteBuffer securityTokens(List<String> fileSystems) throws IOException, YarnException {
+  private Credentials securityTokens(List<String> fileSystems) throws IOException, YarnException {
     if (!UserGroupInformation.isSecurityEnabled()) {
       return null;
     }
@@ -336,9 +358,7 @@ public final class ClientBridge {
         tokensEndMs = Math.min(tokensEndMs, max);
       }
     }
-    DataOutputBuffer dob = new DataOutputBuffer();
-    creds.writeTokenStorageToStream(dob);
-    return ByteBuffer.wrap(dob.getData(), 0, dob.getLength());
+    return creds;
   }
 
   /**
