@@ -2,8 +2,9 @@
 
 Every error is a ConfigError that names the key (and, via build_job_spec, the file or flag that
 set it), says what was found and what is allowed; the client turns it into one line and exit
-code 2, before anything is uploaded or submitted. How a key's text becomes a value is
-values.py; TonY's job shapes (stages, groups, sidecar, Horovod, Docker) are shapes.py.
+code 2, before anything is uploaded or submitted. Every key is read through values.read, so its
+type, default and bounds are keytable.py's; TonY's job shapes (stages, groups, sidecar, Horovod,
+Docker) are shapes.py.
 """
 
 from __future__ import annotations
@@ -15,12 +16,10 @@ from tony_py.config.layers import TonyConf
 from tony_py.config.ray_limits import RAY_HEAD_DEFAULT_MEMORY, ray_join_timeout, ray_min_memory_mb
 from tony_py.config.shapes import (RAY_WORKER_TYPE, groups, horovod_types, image_of, mounts, ray_types, stages,
                                    tensorboard_type, with_dependencies, with_image)
-from tony_py.config.spec import (CACHE_VISIBILITIES, DISTRIBUTED_MODES, FRAMEWORKS, GPU_ASSIGNMENTS, HOROVOD_DRIVER_TYPE,
-                                 MAX_INSTANCES, MAX_NPROC_PER_NODE, RAY_HEAD_TYPE, SINGLE_NODE_TYPE, TENSORBOARD_TYPE,
-                                 TYPE_NAME, TYPE_ORDER, JobSpec, Resources, TaskType)
+from tony_py.config.spec import (HOROVOD_DRIVER_TYPE, RAY_HEAD_TYPE, SINGLE_NODE_TYPE, TENSORBOARD_TYPE, TYPE_NAME,
+                                 TYPE_ORDER, JobSpec, Resources, TaskType)
 from tony_py.config.torchrun import check_command
-from tony_py.config.values import (bool_of, choice_of, int_of, int_set_of, list_of, parse_env_list, resources_of,
-                                   text_of)
+from tony_py.config.values import list_of, read, resources_of
 from tony_py.errors import ConfigError, UsageError
 
 # Second-level names under tony.* that are settings, not job types.
@@ -71,21 +70,21 @@ def build_job_spec(conf: TonyConf, python: str = "python3") -> JobSpec:
 
 
 def _build_job_spec(conf: TonyConf, python: str) -> JobSpec:
-    framework = choice_of(conf, "tony.application.framework", FRAMEWORKS, "tensorflow")
-    mode = choice_of(conf, "tony.application.distributed-mode", DISTRIBUTED_MODES, "GANG")
+    framework = read(conf, "tony.application.framework")
+    mode = read(conf, "tony.application.distributed-mode")
     am = resources_of(conf, "tony.am")
     types, single_node, roles = _types(conf, framework, am, python)
-    docker = bool_of(conf, "tony.docker.enabled", False)
+    docker = read(conf, "tony.docker.enabled")
     spec = JobSpec(
-        name=conf.get("tony.application.name") or "TonyApplication",
+        name=read(conf, "tony.application.name"),
         framework=framework,
-        queue=(conf.get("tony.yarn.queue") or "default").strip(),
+        queue=read(conf, "tony.yarn.queue"),
         types=tuple(with_image(conf, t) for t in types) if docker else tuple(types),
         am=am,
-        app_type=(conf.get("tony.application.type") or "TONY").strip(),
+        app_type=read(conf, "tony.application.type"),
         tags=_tags(conf),
-        node_label=text_of(conf, "tony.application.node-label"),
-        priority=int_of(conf, "tony.application.priority", 0, minimum=0),
+        node_label=read(conf, "tony.application.node-label"),
+        priority=read(conf, "tony.application.priority"),
         distributed_mode=mode,
         single_node=single_node,
         stages=stages(conf, [t.name for t in types]),
@@ -110,22 +109,22 @@ def _build_job_spec(conf: TonyConf, python: str) -> JobSpec:
 def _types(conf: TonyConf, framework: str, am: Resources, python: str) -> tuple[list[TaskType], bool, dict]:
     """The job's task types (with what TonY-py adds: the sidecar, Horovod's driver), whether it is
     a single-node job, and the roles of its types (tracked, sidecar) with the tasks' env."""
-    default_command = text_of(conf, "tony.containers.command")
-    untracked = set(list_of(conf, "tony.application.untracked.jobtypes", "ps"))
-    sidecar = set(list_of(conf, "tony.application.sidecar.jobtypes", TENSORBOARD_TYPE))
-    execution_env = parse_env_list(conf.get("tony.execution.envs"), "tony.execution.envs")
-    tb_log_dir = text_of(conf, "tony.application.tensorboard-log-dir")
-    horovod_debug = bool_of(conf, "tony.horovod.driver.mode.debug", False)
+    default_command = read(conf, "tony.containers.command")
+    untracked = set(read(conf, "tony.application.untracked.jobtypes"))
+    sidecar = set(read(conf, "tony.application.sidecar.jobtypes"))
+    execution_env = read(conf, "tony.execution.envs")
+    tb_log_dir = read(conf, "tony.application.tensorboard-log-dir")
+    horovod_debug = read(conf, "tony.horovod.driver.mode.debug")
     types = []
 
     def make(name: str, count: int) -> TaskType:
         # a Ray head's own daemons are more than TonY's 2g default for a type
-        memory = RAY_HEAD_DEFAULT_MEMORY if framework == "ray" and name == RAY_HEAD_TYPE else "2g"
+        memory = RAY_HEAD_DEFAULT_MEMORY if framework == "ray" and name == RAY_HEAD_TYPE else None
         return _task_type(conf, name, count, default_command, memory)
 
     for name in job_type_names(conf):
-        instances = int_of(conf, f"tony.{name}.instances", 0, minimum=0, maximum=MAX_INSTANCES)
-        limit = int_of(conf, f"tony.{name}.max-instances", -1)
+        instances = read(conf, f"tony.{name}.instances")
+        limit = read(conf, f"tony.{name}.max-instances")
         if 0 <= limit < instances:
             raise ConfigError(f"tony.{name}.instances", f"{instances} instances exceed tony.{name}.max-instances={limit}")
         if instances and not (name == TENSORBOARD_TYPE and tb_log_dir):  # the sidecar's count is forced to 1
@@ -136,7 +135,7 @@ def _types(conf: TonyConf, framework: str, am: Resources, python: str) -> tuple[
     single_node = not types
     if single_node:
         # TonY: with no tony.<type>.instances the AM's container runs the command itself.
-        command = text_of(conf, "tony.am.command") or default_command
+        command = read(conf, "tony.am.command") or default_command
         if command is None:
             raise UsageError("no command to run: pass --executes (a job without tony.<type>.instances runs it in "
                              "the AM's container)")
@@ -158,45 +157,44 @@ def _types(conf: TonyConf, framework: str, am: Resources, python: str) -> tuple[
 def _rules(conf: TonyConf) -> dict:
     """When the job succeeds, fails or restarts (policy.py applies them)."""
     return dict(
-        am_retry_count=int_of(conf, "tony.am.retry-count", 0, minimum=0),
-        retryable_exit_codes=int_set_of(conf, "tony.application.retryable-exit-codes"),
-        retry_on_signal=bool_of(conf, "tony.application.retry-on-signal", True),
-        retry_on_infrastructure=bool_of(conf, "tony.application.retry-on-infrastructure-failure", True),
-        max_infrastructure_restarts=int_of(conf, "tony.application.max-infrastructure-restarts", 10, minimum=0),
-        stop_on_failure=frozenset(list_of(conf, "tony.application.stop-on-failure-jobtypes", "ps")),
-        fail_on_worker_failure=bool_of(conf, "tony.application.fail-on-worker-failure-enabled", False),
-        max_failures_per_node=int_of(conf, "tony.task.max-failures-per-node", 3, minimum=0),
-        am_max_attempts=int_of(conf, "tony.am.max-attempts", 2, minimum=1),
-        horovod_test_mode=(bool_of(conf, "tony.horovod.mode.test", False)
-                           or bool_of(conf, "tony.horovod.mode.test.fast.fail", False)),
-        horovod_fast_fail=bool_of(conf, "tony.horovod.mode.test.fast.fail", False),
-        placement_spec=text_of(conf, "tony.application.placement-spec"),
+        am_retry_count=read(conf, "tony.am.retry-count"),
+        retryable_exit_codes=read(conf, "tony.application.retryable-exit-codes"),
+        retry_on_signal=read(conf, "tony.application.retry-on-signal"),
+        retry_on_infrastructure=read(conf, "tony.application.retry-on-infrastructure-failure"),
+        max_infrastructure_restarts=read(conf, "tony.application.max-infrastructure-restarts"),
+        stop_on_failure=frozenset(read(conf, "tony.application.stop-on-failure-jobtypes")),
+        fail_on_worker_failure=read(conf, "tony.application.fail-on-worker-failure-enabled"),
+        max_failures_per_node=read(conf, "tony.task.max-failures-per-node"),
+        am_max_attempts=read(conf, "tony.am.max-attempts"),
+        horovod_test_mode=read(conf, "tony.horovod.mode.test") or read(conf, "tony.horovod.mode.test.fast.fail"),
+        horovod_fast_fail=read(conf, "tony.horovod.mode.test.fast.fail"),
+        placement_spec=read(conf, "tony.application.placement-spec"),
     )
 
 
 def _timeouts(conf: TonyConf) -> dict:
     """Heartbeats, leases and every timeout (the watchdog's and the executor's)."""
     return dict(
-        timeout_ms=int_of(conf, "tony.application.timeout", 0, minimum=0),
-        startup_timeout_ms=int_of(conf, "tony.am.startup-timeout", 0, minimum=0),
-        heartbeat_interval_ms=int_of(conf, "tony.task.heartbeat-interval-ms", 1000, minimum=100),
-        max_missed_heartbeats=int_of(conf, "tony.task.max-missed-heartbeats", 5, minimum=1),
-        metrics_interval_ms=int_of(conf, "tony.task.metrics-interval-ms", 5000, minimum=100),
-        execution_timeout_ms=int_of(conf, "tony.task.executor.execution-timeout-ms", 0, minimum=0),
-        registry_timeout_s=int_of(conf, "tony.task.executor.registry-timeout-sec", 0, minimum=0),
-        allocation_timeout_ms=int_of(conf, "tony.container.allocation.timeout", 600_000, minimum=-1),
-        registration_timeout_ms=int_of(conf, "tony.container.registration.timeout", 600_000, minimum=-1),
-        progress_timeout_ms=int_of(conf, "tony.task.progress-timeout-ms", 0, minimum=0),
-        after_chief_timeout_ms=int_of(conf, "tony.application.after-chief-timeout-ms", 300_000, minimum=-1),
-        am_lost_timeout_s=int_of(conf, "tony.task.executor.am-lost-timeout-sec", 60, minimum=1),
+        timeout_ms=read(conf, "tony.application.timeout"),
+        startup_timeout_ms=read(conf, "tony.am.startup-timeout"),
+        heartbeat_interval_ms=read(conf, "tony.task.heartbeat-interval-ms"),
+        max_missed_heartbeats=read(conf, "tony.task.max-missed-heartbeats"),
+        metrics_interval_ms=read(conf, "tony.task.metrics-interval-ms"),
+        execution_timeout_ms=read(conf, "tony.task.executor.execution-timeout-ms"),
+        registry_timeout_s=read(conf, "tony.task.executor.registry-timeout-sec"),
+        allocation_timeout_ms=read(conf, "tony.container.allocation.timeout"),
+        registration_timeout_ms=read(conf, "tony.container.registration.timeout"),
+        progress_timeout_ms=read(conf, "tony.task.progress-timeout-ms"),
+        after_chief_timeout_ms=read(conf, "tony.application.after-chief-timeout-ms"),
+        am_lost_timeout_s=read(conf, "tony.task.executor.am-lost-timeout-sec"),
         lease_s=_lease_s(conf),
-        client_stop_wait_s=int_of(conf, "tony.am.wait-client-signal-stop-timeout-sec", 15, minimum=0),
+        client_stop_wait_s=read(conf, "tony.am.wait-client-signal-stop-timeout-sec"),
     )
 
 
 def _lease_s(conf: TonyConf) -> int:
-    lease = int_of(conf, "tony.task.executor.lease-sec", 10, minimum=1)
-    interval_ms = int_of(conf, "tony.task.heartbeat-interval-ms", 1000, minimum=100)
+    lease = read(conf, "tony.task.executor.lease-sec")
+    interval_ms = read(conf, "tony.task.heartbeat-interval-ms")
     if lease * 1000 < 2 * interval_ms:
         raise ConfigError("tony.task.executor.lease-sec", f"{lease} s is less than two heartbeat intervals "
                                                           f"(tony.task.heartbeat-interval-ms={interval_ms})")
@@ -206,37 +204,37 @@ def _lease_s(conf: TonyConf) -> int:
 def _environment(conf: TonyConf, execution_env: dict) -> dict:
     """What the containers get besides their command: env, GPUs, caches, history, file systems."""
     return dict(
-        security_enabled=bool_of(conf, "tony.application.security.enabled", True),
-        gpu_metrics=bool_of(conf, "tony.task.gpu-metrics.enabled", True),
-        am_cds=bool_of(conf, "tony.am.class-data-sharing", True),
-        gpu_assignment=choice_of(conf, "tony.gpu.assignment", GPU_ASSIGNMENTS, "auto"),
-        container_env=parse_env_list(conf.get("tony.containers.envs"), "tony.containers.envs", for_yarn=True),
-        cache_visibility=choice_of(conf, "tony.staging.cache-visibility", CACHE_VISIBILITIES, "PRIVATE"),
-        other_namenodes=list_of(conf, "tony.other.namenodes"),
-        view_acls=list_of(conf, "tony.application.view-acls"),
-        diagnostics_include_logs=bool_of(conf, "tony.application.diagnostics.include-logs", False),
-        history_retention_s=int_of(conf, "tony.history.retention-sec", 30 * 24 * 3600, minimum=0),
+        security_enabled=read(conf, "tony.application.security.enabled"),
+        gpu_metrics=read(conf, "tony.task.gpu-metrics.enabled"),
+        am_cds=read(conf, "tony.am.class-data-sharing"),
+        gpu_assignment=read(conf, "tony.gpu.assignment"),
+        container_env=read(conf, "tony.containers.envs"),
+        cache_visibility=read(conf, "tony.staging.cache-visibility"),
+        other_namenodes=read(conf, "tony.other.namenodes"),
+        view_acls=read(conf, "tony.application.view-acls"),
+        diagnostics_include_logs=read(conf, "tony.application.diagnostics.include-logs"),
+        history_retention_s=read(conf, "tony.history.retention-sec"),
         portal_url=_portal_url(conf),
     )
 
 
 def _task_type(conf: TonyConf, name: str, instances: int, default_command: str | None,
-               memory_default: str = "2g") -> TaskType:
-    command = text_of(conf, f"tony.{name}.command")
+               memory_default: str | None = None) -> TaskType:
+    command = read(conf, f"tony.{name}.command")
     if command is None and default_command is None:
         raise UsageError(f"no command for job type {name!r}: pass --executes (or set tony.{name}.command)")
-    placement = text_of(conf, f"tony.{name}.placement-spec") or text_of(conf, "tony.containers.placement-spec")
-    label = text_of(conf, f"tony.{name}.node-label")
+    placement = read(conf, f"tony.{name}.placement-spec") or read(conf, "tony.containers.placement-spec")
+    label = read(conf, f"tony.{name}.node-label")
     if placement and label:
         raise ConfigError(f"tony.{name}.node-label", "cannot be combined with a placement spec: YARN places "
                                                      "scheduling requests by their constraint alone")
-    tags = list_of(conf, f"tony.{name}.allocation-tags") or list_of(conf, "tony.containers.allocation-tags")
-    fewest = int_of(conf, f"tony.{name}.min-instances", instances, minimum=1, maximum=instances)
-    return TaskType(name, instances, resources_of(conf, f"tony.{name}", memory=memory_default), label, command,
+    tags = read(conf, f"tony.{name}.allocation-tags") or read(conf, "tony.containers.allocation-tags")
+    fewest = read(conf, f"tony.{name}.min-instances", instances, maximum=instances)
+    memory = {} if memory_default is None else {"memory": memory_default}
+    return TaskType(name, instances, resources_of(conf, f"tony.{name}", **memory), label, command,
                     placement_spec=placement, allocation_tags=tags or ((name,) if placement else ()),
                     min_instances=fewest if fewest < instances else None,
-                    nproc_per_node=int_of(conf, f"tony.{name}.nproc-per-node", 1, minimum=1,
-                                          maximum=MAX_NPROC_PER_NODE))
+                    nproc_per_node=read(conf, f"tony.{name}.nproc-per-node"))
 
 
 def _check_labels_with_placement(spec: JobSpec) -> None:
@@ -260,8 +258,9 @@ def _tags(conf: TonyConf) -> tuple[str, ...]:
     Dataproc tag jobs: Dataproc links its job to the application by its dataproc_job_<id> tag).
     YARN lower-cases tags and takes at most 10 of at most 100 ASCII characters."""
     tags: list[str] = []
-    for key in ("tony.application.tags", "mapreduce.job.tags"):
-        for tag in list_of(conf, key):
+    for key, listed in (("tony.application.tags", read(conf, "tony.application.tags")),
+                        ("mapreduce.job.tags", list_of(conf, "mapreduce.job.tags"))):  # Hadoop's key
+        for tag in listed:
             if len(tag) > 100 or not tag.isascii() or not tag.isprintable():
                 raise ConfigError(key, f"{tag[:40]!r}: a YARN tag is at most 100 printable ASCII characters")
             if tag.lower() not in tags:
@@ -274,7 +273,7 @@ def _tags(conf: TonyConf) -> tuple[str, ...]:
 def _portal_url(conf: TonyConf) -> str | None:
     """tony.portal.url: where `tony portal` serves this cluster's history (TonY's default,
     https://localhost:19886, means none was set up)."""
-    url = text_of(conf, "tony.portal.url")
+    url = read(conf, "tony.portal.url")
     if url is None or conf.origin("tony.portal.url") == "defaults":
         return None
     if not re.match(r"^https?://[^\s]+$", url):
@@ -284,11 +283,11 @@ def _portal_url(conf: TonyConf) -> str | None:
 
 def _check_totals(conf: TonyConf, types: list[TaskType]) -> None:
     total = sum(t.instances for t in types)
-    max_total = int_of(conf, "tony.task.max-total-instances", -1)
+    max_total = read(conf, "tony.task.max-total-instances")
     if 0 <= max_total < total:
         raise ConfigError("tony.task.max-total-instances", f"the job has {total} tasks, more than {max_total}")
     total_gpus = sum(t.instances * t.resources.gpus for t in types)
-    max_gpus = int_of(conf, "tony.task.max-total-gpus", -1)
+    max_gpus = read(conf, "tony.task.max-total-gpus")
     if 0 <= max_gpus < total_gpus:
         raise ConfigError("tony.task.max-total-gpus", f"the job asks for {total_gpus} GPUs, more than {max_gpus}")
 
@@ -337,13 +336,13 @@ def _check_ray(spec: JobSpec, conf: TonyConf, python: str) -> None:
     the head's command must start with it."""
     if spec.framework != "ray":
         return
-    key = "tony.head.command" if text_of(conf, "tony.head.command") else "tony.containers.command"
+    key = "tony.head.command" if read(conf, "tony.head.command") else "tony.containers.command"
     try:
         check_command(spec.command_for("head"), (shlex.split(python) or [None])[0])
     except ValueError as exc:
         raise ConfigError(key, f"a ray job's driver {str(exc).replace('torchrun runs', 'Ray runs')}") from None
     for stage_key in ("tony.application.prepare-stage", "tony.application.training-stage"):
-        if text_of(conf, stage_key):  # the workers of a later stage would never join the head
+        if read(conf, stage_key):  # the workers of a later stage would never join the head
             raise ConfigError(stage_key, "a ray job has no stages: its head and workers start together")
     try:
         ray_join_timeout(spec.execution_env.get("TONY_RAY_JOIN_TIMEOUT_S"))

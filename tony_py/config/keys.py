@@ -10,47 +10,14 @@ from __future__ import annotations
 import difflib
 import re
 
+from tony_py.config import keytable
 from tony_py.config.layers import TonyConf
 
-SUPPORTED = frozenset("""
-tony.application.name tony.application.type tony.application.tags tony.application.framework
-tony.application.timeout tony.application.distributed-mode tony.application.untracked.jobtypes
-tony.application.sidecar.jobtypes tony.application.stop-on-failure-jobtypes
-tony.application.fail-on-worker-failure-enabled tony.application.security.enabled
-tony.application.node-label tony.application.retryable-exit-codes tony.application.retry-on-signal
-tony.application.retry-on-infrastructure-failure tony.application.after-chief-timeout-ms
-tony.application.max-infrastructure-restarts
-tony.application.id
-tony.yarn.queue
-tony.am.memory tony.am.vcores tony.am.gpus tony.am.retry-count tony.am.wait-client-signal-stop-timeout-sec
-tony.am.max-attempts tony.am.python tony.am.class-data-sharing
-tony.task.heartbeat-interval-ms tony.task.max-missed-heartbeats tony.task.metrics-interval-ms
-tony.task.executor.execution-timeout-ms tony.task.executor.registry-timeout-sec tony.task.max-total-instances
-tony.task.max-total-gpus tony.task.progress-timeout-ms tony.task.max-failures-per-node
-tony.task.executor.am-lost-timeout-sec tony.task.executor.lease-sec
-tony.application.view-acls tony.application.diagnostics.include-logs
-tony.container.allocation.timeout tony.container.registration.timeout
-tony.containers.command tony.containers.envs tony.containers.resources tony.execution.envs
-tony.executor.python tony.staging.cache-visibility
-tony.application.priority tony.am.startup-timeout tony.application.prepare-stage tony.application.training-stage
-tony.application.tensorboard-log-dir tony.horovod.mode.test tony.horovod.mode.test.fast.fail
-tony.horovod.driver.mode.debug tony.application.placement-spec tony.containers.placement-spec
-tony.containers.allocation-tags tony.docker.enabled tony.docker.containers.image tony.docker.containers.mount
-tony.other.namenodes tony.task.gpu-metrics.enabled tony.gpu.assignment tony.am.command
-tony.application.hdfs-conf-path tony.application.yarn-conf-path tony.application.mapred-conf-path
-tony.history.location tony.history.intermediate tony.history.finished tony.history.retention-sec tony.portal.url
-tony.keytab.user tony.keytab.location
-""".split())
-# Families of keys with a name inside them.
-SUPPORTED_PATTERNS = (
-    re.compile(r"^tony\.application\.group\.[A-Za-z]+$"),
-    re.compile(r"^tony\.application\.dependency\.[A-Za-z]+\.timeout\.after\.[A-Za-z]+(\.ignored)?$"),
-    re.compile(r"^tony\.docker\.[a-z]+\.image$"),
-)
-
-# tony.<type>.<suffix> keys read for every job type.
-PER_TYPE = frozenset("instances memory vcores gpus node-label command resources max-instances placement-spec "
-                     "allocation-tags min-instances nproc-per-node".split())
+# Derived from the declarations (keytable.py): names read as they are, families with a name
+# inside, and the tony.<type>.<suffix> keys read for every job type.
+SUPPORTED = frozenset(k.name for k in keytable.KEYS if "<" not in k.name)
+PER_TYPE = frozenset(k.name.split(".", 2)[2] for k in keytable.KEYS if k.name.startswith(f"tony.{keytable.TYPE}."))
+SUPPORTED_PATTERNS = tuple(pattern for pattern, k in keytable.TEMPLATES if not k.name.startswith(f"tony.{keytable.TYPE}."))
 
 # TonY keys with no effect in TonY-py, and why.
 _NOT_NEEDED = "TonY-py's executors and AM are not JVMs"

@@ -11,7 +11,7 @@ from tony_py.config.layers import TonyConf
 from tony_py.config.ray_limits import RAY_WORKER_TYPE
 from tony_py.config.spec import (HOROVOD_DRIVER_TYPE, RAY_HEAD_TYPE, TENSORBOARD_TYPE, TYPE_NAME, DependencyTimeout,
                                  JobSpec, Resources, TaskType)
-from tony_py.config.values import bool_of, int_of, list_of, resources_of, text_of
+from tony_py.config.values import read, resources_of
 from tony_py.errors import ConfigError
 
 _GROUP_KEY = re.compile(r"^tony\.application\.group\.([A-Za-z]+)$")
@@ -29,7 +29,7 @@ def stages(conf: TonyConf, names: list[str]) -> tuple[tuple[str, ...], ...]:
     As in TonY, a stage left empty gets every type the other does not list; unlike TonY (which
     only compared counts), every name must be a job type and no type may be in both."""
     keys = ("tony.application.prepare-stage", "tony.application.training-stage")
-    prepare, training = (list(list_of(conf, k)) for k in keys)
+    prepare, training = (list(read(conf, k)) for k in keys)
     if not prepare and not training:
         return ()
     for key, listed in zip(keys, (prepare, training)):
@@ -57,7 +57,7 @@ def groups(conf: TonyConf) -> dict[str, tuple[str, ...]]:
     for key in conf.keys():
         m = _GROUP_KEY.match(key)
         if m:
-            members = list_of(conf, key)
+            members = read(conf, key)
             bad = [t for t in members if not TYPE_NAME.match(t)]
             if bad or not members:
                 raise ConfigError(key, f"expected a comma-separated list of job types, got {conf.get(key)!r}")
@@ -75,8 +75,7 @@ def with_dependencies(conf: TonyConf, spec: JobSpec) -> JobSpec:
         type_name, group = m.group(1), m.group(2)
         if group not in spec.groups:
             raise ConfigError(key, f"no group {group!r}: define tony.application.group.{group}=<type>,<type>")
-        timeouts.append(DependencyTimeout(type_name, group, int_of(conf, key, 0, minimum=0),
-                                          bool_of(conf, key + ".ignored", False)))
+        timeouts.append(DependencyTimeout(type_name, group, read(conf, key), read(conf, key + ".ignored")))
     return dataclasses.replace(spec, dependency_timeouts=tuple(sorted(timeouts, key=lambda t: (t.type, t.group))))
 
 
@@ -86,9 +85,9 @@ def tensorboard_type(conf: TonyConf, log_dir: str, python: str) -> TaskType:
     if not re.match(r"^([a-z][a-z0-9+.-]*://[^\s]*|/[^\s]*)$", log_dir):
         raise ConfigError("tony.application.tensorboard-log-dir",
                           f"{log_dir!r}: expected an absolute path or a URI such as hdfs:///user/me/logs")
-    command = text_of(conf, "tony.tensorboard.command") or f"{python} -m {SIDECAR_MODULE}"
-    return TaskType(TENSORBOARD_TYPE, 1, resources_of(conf, "tony.tensorboard", memory="2g", vcores=2),
-                    text_of(conf, "tony.tensorboard.node-label"), command)
+    command = read(conf, "tony.tensorboard.command") or f"{python} -m {SIDECAR_MODULE}"
+    return TaskType(TENSORBOARD_TYPE, 1, resources_of(conf, "tony.tensorboard", vcores=2),
+                    read(conf, "tony.tensorboard.node-label"), command)
 
 
 def horovod_types(conf: TonyConf, types: list[TaskType], debug: bool, python: str) -> list[TaskType]:
@@ -98,7 +97,7 @@ def horovod_types(conf: TonyConf, types: list[TaskType], debug: bool, python: st
     if "worker" not in names:
         raise ConfigError("tony.worker.instances", "horovod needs worker tasks: set tony.worker.instances > 0")
     if debug:
-        if HOROVOD_DRIVER_TYPE not in names or not text_of(conf, "tony.driver.command"):
+        if HOROVOD_DRIVER_TYPE not in names or not read(conf, "tony.driver.command"):
             raise ConfigError("tony.driver.command", "tony.horovod.driver.mode.debug=true runs your own driver: set "
                                                      "tony.driver.instances=1 and tony.driver.command")
         return types
@@ -123,7 +122,7 @@ def ray_types(conf: TonyConf, types: list[TaskType], make_type) -> list[TaskType
                                                           f"tony.worker.instances for Ray's worker nodes, not {t.name}")
     if RAY_HEAD_TYPE in names and types[names.index(RAY_HEAD_TYPE)].instances != 1:
         raise ConfigError("tony.head.instances", "a ray job has exactly one head (allowed: 1)")
-    if RAY_WORKER_TYPE in names and text_of(conf, "tony.worker.command"):
+    if RAY_WORKER_TYPE in names and read(conf, "tony.worker.command"):
         raise ConfigError("tony.worker.command", "a ray worker task runs Ray's worker node, not a command of its "
                                                  "own; the driver (--executes) runs on the head")
     if RAY_HEAD_TYPE not in names:
@@ -133,11 +132,11 @@ def ray_types(conf: TonyConf, types: list[TaskType], make_type) -> list[TaskType
 
 def image_of(conf: TonyConf, type_name: str) -> str:
     key = f"tony.docker.{type_name}.image"
-    image = text_of(conf, key) or text_of(conf, "tony.docker.containers.image")
+    image = read(conf, key) or read(conf, "tony.docker.containers.image")
     if image is None:
         raise ConfigError("tony.docker.containers.image", f"tony.docker.enabled=true but no image is set for "
                                                           f"{type_name} (set it, or {key})")
-    used = key if text_of(conf, key) else "tony.docker.containers.image"
+    used = key if read(conf, key) else "tony.docker.containers.image"
     if len(image) > 255 or not _IMAGE.match(image):
         raise ConfigError(used, f"{image!r} is not a Docker image reference (e.g. registry:5000/team/image:tag)")
     return checks.launch_value(used, image, what="image")
@@ -150,7 +149,7 @@ def with_image(conf: TonyConf, task_type: TaskType) -> TaskType:
 def mounts(conf: TonyConf) -> str | None:
     """YARN's Docker mount list: `source:destination:mode,…`, mode ro or rw, absolute paths."""
     key = "tony.docker.containers.mount"
-    raw = text_of(conf, key)
+    raw = read(conf, key)
     if raw is None:
         return None
     for entry in raw.split(","):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 
-from tony_py.config import checks
+from tony_py.config import checks, keytable
 from tony_py.config.layers import TonyConf
 from tony_py.config.spec import Resources
 from tony_py.errors import ConfigError
@@ -97,9 +97,36 @@ def parse_env_list(raw: str | None, key: str, for_yarn: bool = False) -> dict[st
     return env
 
 
-def resources_of(conf: TonyConf, prefix: str, memory: str = "2g", vcores: int = 1) -> Resources:
-    return Resources(
-        memory_mb=parse_memory_mb(conf.get(f"{prefix}.memory", memory), f"{prefix}.memory"),
-        vcores=int_of(conf, f"{prefix}.vcores", vcores, minimum=1),
-        gpus=int_of(conf, f"{prefix}.gpus", 0, minimum=0),
-    )
+_UNSET = object()
+
+
+def read(conf: TonyConf, name: str, default=_UNSET, maximum: int | None = None):
+    """A key's value, typed and checked as keytable.py declares it (its default unless `default`
+    is given: a Ray head's memory, a sidecar's vcores; `maximum` where the bound depends on the
+    job: min-instances)."""
+    key = keytable.lookup(name)
+    if key is None:
+        raise KeyError(f"{name} is not declared in tony_py/config/keytable.py")
+    value = key.default if default is _UNSET else default
+    if key.kind == "int":
+        return int_of(conf, name, value, key.minimum, key.maximum if maximum is None else maximum)
+    if key.kind == "bool":
+        return bool_of(conf, name, value)
+    if key.kind == "text":
+        return text_of(conf, name) or value
+    if key.kind == "list":
+        return list_of(conf, name, ",".join(value))
+    if key.kind == "choice":
+        return choice_of(conf, name, key.choices, value)
+    if key.kind == "memory":
+        return parse_memory_mb(conf.get(name, value), name)
+    if key.kind in ("env", "container-env"):
+        return parse_env_list(conf.get(name), name, for_yarn=key.kind == "container-env")
+    if key.kind == "exit-codes":
+        return int_set_of(conf, name)
+    raise TypeError(f"{name} ({key.kind}) is read by its own parser")
+
+
+def resources_of(conf: TonyConf, prefix: str, memory=_UNSET, vcores=_UNSET) -> Resources:
+    return Resources(memory_mb=read(conf, f"{prefix}.memory", memory), vcores=read(conf, f"{prefix}.vcores", vcores),
+                     gpus=read(conf, f"{prefix}.gpus"))
