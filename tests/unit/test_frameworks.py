@@ -178,3 +178,28 @@ def test_pytorch_tasks_without_torchrun_get_torchelastics_variables(tmp_path):
                             "TORCHELASTIC_RUN_ID": "application_17_0042"}
     # other frameworks' tasks run as they are
     assert frameworks.launch("tensorflow", "python t.py", {"JOB_ID": "x"}, 5, "/c") == ("python t.py", {"JOB_ID": "x"})
+
+
+# ---- one descriptor per framework -------------------------------------------------------------------
+def test_every_framework_has_one_descriptor_and_its_traits_decide_the_checks(tmp_path):
+    from tony_py.config.traits import FRAMEWORK_TRAITS, FRAMEWORKS
+
+    assert tuple(frameworks.REGISTRY) == FRAMEWORKS == tuple(FRAMEWORK_TRAITS)
+    for name, framework in frameworks.REGISTRY.items():
+        assert framework.traits is FRAMEWORK_TRAITS[name] and framework.traits.doc
+        assert callable(framework.plan) and callable(framework.launch) and callable(framework.ready)
+    # each trait is what a check reads: a framework that lacks it is refused its behaviour
+    for name, t in FRAMEWORK_TRAITS.items():
+        shrinking = ["tony.worker.instances=3", "tony.worker.min-instances=2", f"tony.application.framework={name}"]
+        if t.elastic:
+            assert spec(tmp_path, *shrinking).type("worker").min_instances == 2
+        elif not (t.single_task or t.needs_one or t.chief_type):
+            with pytest.raises(ConfigError, match="cannot shrink"):
+                spec(tmp_path, *shrinking)
+        if t.gang_only:
+            with pytest.raises(ConfigError, match=f"{name} needs GANG"):
+                spec(tmp_path, "tony.worker.instances=2", f"tony.application.framework={name}",
+                     "tony.application.distributed-mode=FCFS", *(["tony.head.instances=1"] if t.chief_type else []))
+    # what launch made of the command is named by the traits in the executor's log
+    assert frameworks.launch("tensorflow", "python t.py", {"A": "1"}, 0, "/w") == ("python t.py", {"A": "1"})
+    assert FRAMEWORK_TRAITS["pytorch"].wrapped and not FRAMEWORK_TRAITS["tensorflow"].wrapped

@@ -7,7 +7,8 @@ import math
 from tony_py.advice import thresholds as th
 from tony_py.advice.model import Finding, JobFacts, Suggestion, TaskFacts
 from tony_py.config.ray_limits import RAY_DAEMONS_MB, ray_min_memory_mb
-from tony_py.config.spec import HOROVOD_DRIVER_TYPE, TaskType
+from tony_py.config.spec import TaskType
+from tony_py.config.traits import traits
 from tony_py.job.yarn_exits import MEMORY_EXITS
 
 MIB = 1 << 20
@@ -47,11 +48,12 @@ def container_peak_mb(task: TaskFacts) -> float | None:
 
 def sized_types(facts: JobFacts) -> list[TaskType]:
     """The task types that their own tony.<type>.* keys size: not a single-node job's task (it
-    runs in the AM's container) nor Horovod's driver (TonY-py sizes it; tony.driver.* is refused)."""
+    runs in the AM's container) nor a type the framework adds (Horovod's driver: TonY-py sizes it,
+    tony.driver.* is refused)."""
     spec = facts.spec
     if spec.single_node:
         return []
-    return [tt for tt in spec.types if not (spec.framework == "horovod" and tt.name == HOROVOD_DRIVER_TYPE)]
+    return [tt for tt in spec.types if tt.name != traits(spec.framework).added_type]
 
 
 def least_memory_mb(facts: JobFacts, type_name: str) -> int:

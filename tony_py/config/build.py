@@ -19,6 +19,7 @@ from tony_py.config.shapes import (RAY_WORKER_TYPE, groups, horovod_types, image
 from tony_py.config.spec import (HOROVOD_DRIVER_TYPE, RAY_HEAD_TYPE, SINGLE_NODE_TYPE, TENSORBOARD_TYPE, TYPE_NAME,
                                  TYPE_ORDER, JobSpec, Resources, TaskType)
 from tony_py.config.torchrun import check_command
+from tony_py.config.traits import FRAMEWORK_TRAITS, TRAINER_TYPES, traits
 from tony_py.config.values import list_of, read, resources_of
 from tony_py.errors import ConfigError, UsageError
 
@@ -28,13 +29,6 @@ RESERVED_NAMES = frozenset(
     "https http secret horovod other python gpu version executor staging".split()
 )
 _INSTANCES_KEY = re.compile(r"^tony\.([^.]+)\.instances$")
-TRAINER_TYPES = ("chief", "master", "worker")
-RANKED_FRAMEWORKS = ("pytorch", "jax")  # one rank (process) per trainer task
-# Frameworks whose task env is a function of the cluster view alone: a smaller gang gets a view
-# without the missing tasks, and every rank, WORLD_SIZE and TF_CONFIG follows from it.
-ELASTIC_FRAMEWORKS = ("tensorflow", "pytorch", "jax")
-GANG_ONLY = {"horovod": "its workers start together", "jax": "every process joins one coordinator",
-             "ray": "the worker nodes join the head at the address the complete gang's spec names"}
 
 
 def _type_sort_key(name: str) -> tuple[int, str]:
@@ -292,22 +286,28 @@ def _check_totals(conf: TonyConf, types: list[TaskType]) -> None:
         raise ConfigError("tony.task.max-total-gpus", f"the job asks for {total_gpus} GPUs, more than {max_gpus}")
 
 
+def _with(trait: str) -> str:
+    return ", ".join(name for name, t in FRAMEWORK_TRAITS.items() if getattr(t, trait))
+
+
 def _check_framework(spec: JobSpec) -> None:
+    """What the framework asks of the job (config/traits.py)."""
     names = set(spec.type_names())
-    if spec.framework == "standalone" and len(spec.tasks()) != 1:
+    wants = traits(spec.framework)
+    if wants.single_task and len(spec.tasks()) != 1:
         raise ConfigError("tony.application.framework",
-                          f"standalone runs exactly one task, but the job has {len(spec.tasks())} "
+                          f"{spec.framework} runs exactly one task, but the job has {len(spec.tasks())} "
                           f"({', '.join(f'tony.{t.name}.instances={t.instances}' for t in spec.types)})")
     if spec.single_node:
         return
-    if spec.framework in RANKED_FRAMEWORKS and not (set(TRAINER_TYPES) & names):
+    if wants.ranked and not (set(TRAINER_TYPES) & names):
         raise ConfigError("tony.worker.instances",
                           f"{spec.framework} needs trainer tasks: set tony.worker.instances > 0")
     shrinking = [t for t in spec.types if t.min_instances is not None]
-    if shrinking and spec.framework not in ELASTIC_FRAMEWORKS:
+    if shrinking and not wants.elastic:
         raise ConfigError(f"tony.{shrinking[0].name}.min-instances",
                           f"a {spec.framework} job cannot shrink (its tasks' environment is not only a function of "
-                          f"who runs); min-instances works with {', '.join(ELASTIC_FRAMEWORKS)}")
+                          f"who runs); min-instances works with {_with('elastic')}")
     for t in shrinking:
         if spec.stages and spec.stage_of(t.name) < spec.last_stage:
             raise ConfigError(f"tony.{t.name}.min-instances", "only for types of the training stage: the "
@@ -320,12 +320,12 @@ def _check_framework(spec: JobSpec) -> None:
     if shrinking and spec.distributed_mode != "GANG":
         raise ConfigError(f"tony.{shrinking[0].name}.min-instances",
                           "needs tony.application.distributed-mode=GANG: a resize regenerates every task's ranks")
-    if spec.framework in GANG_ONLY and spec.distributed_mode != "GANG":
-        raise ConfigError("tony.application.distributed-mode",
-                          f"{spec.framework} needs GANG: {GANG_ONLY[spec.framework]}")
-    if spec.framework == "mxnet" and ("scheduler" not in names or spec.type("scheduler").instances != 1):
-        raise ConfigError("tony.scheduler.instances", "mxnet needs exactly one scheduler task "
-                                                      "(tony.scheduler.instances=1), plus servers and workers")
+    if wants.gang_only and spec.distributed_mode != "GANG":
+        raise ConfigError("tony.application.distributed-mode", f"{spec.framework} needs GANG: {wants.gang_only}")
+    one = wants.needs_one
+    if one and (one not in names or spec.type(one).instances != 1):
+        raise ConfigError(f"tony.{one}.instances", f"{spec.framework} needs exactly one {one} task "
+                                                   f"(tony.{one}.instances=1)")
     if not spec.tracked_tasks():
         raise ConfigError("tony.application.untracked.jobtypes",
                           "every job type is untracked, so the job could never finish; track at least one")
@@ -363,9 +363,10 @@ def _check_torchrun(spec: JobSpec, python: str) -> None:
     wrapped = [t for t in spec.types if t.nproc_per_node > 1]
     for t in wrapped:
         key = f"tony.{t.name}.nproc-per-node"
-        if spec.framework != "pytorch":
+        if not traits(spec.framework).torchrun:
             raise ConfigError(key, f"{t.nproc_per_node} processes per task run under torchrun, which needs "
-                                   f"tony.application.framework=pytorch (not {spec.framework}); allowed here: 1")
+                                   f"tony.application.framework={_with('torchrun')} (not {spec.framework}); "
+                                   "allowed here: 1")
         if t.name not in TRAINER_TYPES:
             raise ConfigError(key, f"only trainer types ({', '.join(TRAINER_TYPES)}) run under torchrun; "
                                    f"a {t.name} task runs one process: allowed here: 1")

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from tony_py.config.model import Checked, ModelError
+from tony_py.config.traits import FRAMEWORKS, traits
 
-FRAMEWORKS = ("tensorflow", "pytorch", "horovod", "mxnet", "jax", "ray", "standalone")
 DISTRIBUTED_MODES = ("GANG", "FCFS")
 CACHE_VISIBILITIES = ("PRIVATE", "PUBLIC")
 GPU_ASSIGNMENTS = ("auto", "none")
@@ -224,8 +224,9 @@ class JobSpec(Checked):
         """TonY's rule: `chief:0` if there is a chief type, else `worker:0`; a ray job's is its
         head, which runs the driver."""
         names = self.type_names()
-        if self.framework == "ray" and RAY_HEAD_TYPE in names:
-            return TaskId(RAY_HEAD_TYPE, 0)
+        head = traits(self.framework).chief_type
+        if head in names:
+            return TaskId(head, 0)
         if CHIEF_TYPE in names:
             return TaskId(CHIEF_TYPE, 0)
         if "worker" in names:

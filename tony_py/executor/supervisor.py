@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from tony_py.appsecret import TOKEN_FILE_ENV
+from tony_py.config.traits import traits
 from tony_py.errors import EXECUTOR_AM_LOST, EXECUTOR_REFUSED
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.gpus import find_nvidia_smi, nodemanager_assignment
@@ -38,7 +39,6 @@ log = logging.getLogger("tony.executor")
 
 MAX_RESULT = 512 << 10  # a result this large drops its details (the AM takes at most 1 MiB)
 MAX_SPEC_POLL_S = 20.0
-WRAPPED = {"pytorch": " under torchrun", "ray": " as a Ray node"}  # what frameworks.launch made of the command
 
 
 class Executor:
@@ -145,7 +145,7 @@ class Executor:
         self.child = UserProcess(command, env, str(self.cwd), out, err)
         # Not the whole command: task_params may carry credentials, and this log is aggregated.
         log.info("started pid %d: %s%s", self.child.pid, describe_command(self.s.command) or "(command not shown)",
-                 WRAPPED.get(self.s.framework, "") if command != self.s.command else "")
+                 traits(self.s.framework).wrapped if command != self.s.command else "")
         try:
             check(self.channel.post("/v1/started", self._body(attempt, pid=self.child.pid)))
             code, timed_out, fenced = self._supervise(attempt, env.get("TONY_PREEMPTION_DEADLINE_FILE"))

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import shlex
 
+from tony_py.config.traits import TRAINER_TYPES
 from tony_py.config.torchrun import MODULE, split_interpreter
 from tony_py.frameworks.envplan import EnvPlan
 
-TRAINER_TYPES = ("chief", "master", "worker")
 # What a task that runs under torchrun gets, for its torchrun command line (launch()).
 NNODES = "TONY_TORCHRUN_NNODES"
 NPROC_PER_NODE = "TONY_TORCHRUN_NPROC_PER_NODE"

@@ -122,7 +122,7 @@ DRIVER_COMMAND = "TONY_RAY_DRIVER_COMMAND"  # the task's own command, which the 
 RUNNER = "tony_py.frameworks.ray_node"
 
 
-def launch(command: str, env: dict[str, str]) -> tuple[str, dict[str, str]]:
+def launch(command: str, env: dict[str, str], _max_restarts: int = 0, _workdir: str = "") -> tuple[str, dict[str, str]]:
     """What a ray task's process runs: the node runner, with the command's own interpreter (so
     the job's venv and its ray run the node); the command itself, on the head, becomes the
     driver the runner starts once every worker node has joined."""
