@@ -47,7 +47,9 @@ def staged(kerberos: bool, *flags: str):
 
 def test_the_am_localizes_only_cached_files_and_its_job_files_ride_in_its_credentials():
     sub, request, meta = staged(kerberos=False)
-    assert sub.stager.written == []  # nothing of this job's own written to HDFS but the src_dir
+    assert sub.stager.written == []  # nothing of this job's own written to HDFS before the submit
+    sub._stage_for_reattach({})  # once submitted: what the owner's other processes read
+    assert sub.stager.written == ["tony-secret", "tony-final.xml"]
     assert sorted(request["launch"]["resources"]) == [JAR_LINK, RUNTIME_LINK]  # cached: no localizer
     keys = {alias: base64.b64decode(value) for alias, value in request["secret_keys"].items()}
     assert keys.pop(appsecret.CREDENTIALS_ALIAS).decode() == sub.secret
@@ -63,6 +65,8 @@ def test_the_am_localizes_only_cached_files_and_its_job_files_ride_in_its_creden
 def test_on_a_kerberos_cluster_tasks_still_localize_the_spec_and_tony_final_xml():
     sub, request, meta = staged(kerberos=True)
     assert sorted(sub.stager.written) == ["tony-final.xml", "tony-spec.json"]
+    sub._stage_for_reattach({"tony-final.xml": None, "tony-spec.json": None})
+    assert sorted(sub.stager.written) == ["tony-final.xml", "tony-secret", "tony-spec.json"]  # each once
     assert not meta.src_from_am and meta.src_path is None
     assert sorted(request["launch"]["resources"]) == [JAR_LINK, RUNTIME_LINK]  # the AM's copies: credentials
     assert sorted(request["secret_keys"]) == sorted([appsecret.CREDENTIALS_ALIAS] + [

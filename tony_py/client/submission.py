@@ -90,6 +90,7 @@ class Submission:
         self.submitted = False
         self.secret: str | None = None
         self.am_secret_keys: dict[str, bytes] = {}  # what the AM's credentials carry besides tokens
+        self._reattach_files: dict[str, str] = {}  # staged once submitted (_stage_for_reattach)
         self._app_classpath: list[str] | None = None
         self.kerberos = False
         self.tokens_end_ms = 0  # without a keytab on a Kerberos cluster: when the job's tokens die
@@ -112,6 +113,7 @@ class Submission:
             if self.kerberos and KEYTAB_LINK not in resources:
                 self.tokens_end_ms = self.gw.call("read the tokens' lifetime", self.gw.bridge.tokensEndMs)
             timeline.mark("submitted")
+            self._stage_for_reattach(resources)
             return Job(self.gw, self.app_id, self.secret, self.stager.staging_dir)
         except BaseException as exc:
             with guard.cleanup():
@@ -264,6 +266,7 @@ class Submission:
         shipped = set(meta.task_resources).union(*type_links.values())
         meta.resources = {k: v.to_json() for k, v in resources.items() if k in shipped}
         files[JOB_META_FILE] = json.dumps(meta.to_json())
+        self._reattach_files = {appsecret.SECRET_FILE: self.secret, FINAL_CONF_FILE: files[FINAL_CONF_FILE]}
         # The AM's job files and the secret travel in the AM's credentials (appsecret.py): its
         # container then starts without a localizer, unless it has files of its own to localize
         # (site files, a keytab, a single-node job's task files) or these are too large.
@@ -275,6 +278,20 @@ class Submission:
                     resources[name] = st.write_text(name, text)
         else:
             self.am_secret_keys.update(in_credentials)
+
+    def _stage_for_reattach(self, resources: dict[str, Resource]) -> None:
+        """What another process of the job's owner reads from the staging dir while the job runs
+        (`api.attach`, `tony logs`, `tony advise`): the secret (0600, in a 0700 dir) and
+        tony-final.xml. Written once the AM is on its way: the AM has its own copies in its
+        credentials, so these are off the start's path."""
+        for name, text in self._reattach_files.items():
+            if name in resources:  # staged already, for task containers or the AM to localize
+                continue
+            try:
+                self.stager.write_text(name, text)
+            except BridgeError as exc:
+                self.warn(f"cannot stage {name} for tony logs, tony advise and api.attach ({exc}); "
+                          "they will show task states only")
 
     def _user_resources(self, key: str, tmp: Path) -> list[tuple[str, Resource]]:
         """The entries of a resources key, each file once (empty and repeated entries skipped)."""

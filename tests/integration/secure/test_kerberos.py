@@ -223,11 +223,11 @@ def test_a_second_user_cannot_read_the_first_users_staging_dir_or_history(cluste
     bob = cluster.gateway(BOB, cluster.keytab("bob"))
     try:
         su = cluster.superuser
-        # the spec and tony-final.xml are staged for task containers to localize (on a Kerberos
-        # cluster they are not served over the AM's signed channel); the secret is never staged
-        assert su.call("look", su.fs.exists, f"{staging}/tony-final.xml")  # there (the superuser sees it) while it runs
-        assert not su.call("look", su.fs.exists, f"{staging}/tony-secret")
-        for path in (staging, f"{staging}/tony-final.xml", "/user/alice/.tony/history"):
+        # the secret (for the owner's tony logs and api.attach) and tony-final.xml (for task
+        # containers to localize) are staged while the job runs: the superuser sees them
+        for name in ("tony-secret", "tony-final.xml"):
+            assert su.call("look", su.fs.exists, f"{staging}/{name}")
+        for path in (staging, f"{staging}/tony-secret", "/user/alice/.tony/history"):
             with pytest.raises(Exception, match="Permission denied"):
                 bob.call("list " + path, bob.fs.listDirs, path)
     finally:
