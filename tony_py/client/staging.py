@@ -1,9 +1,10 @@
 """Everything the job ships, staged on the cluster file system.
 
 Per job, in <home>/.tony/<appId>/ (mode 0700, deleted when the job ends): the zipped src_dir,
-local files named in tony.containers.resources, and, only where task containers localize them (a
-Kerberos cluster) or they are too large for the AM's credentials, the spec, the resolved config
-(tony-final.xml) and the AM's job description (tony-job.json): submission.py.
+local files named in tony.containers.resources, the secret and the resolved config
+(tony-final.xml) for the owner's other processes (staged once the AM is submitted), and, only
+where task containers localize them (a Kerberos cluster) or they are too large for the AM's
+credentials, the spec and the AM's job description (tony-job.json): submission.py.
 
 Shared by every job, in <home>/.tony/cache/, named by content hash: the venv zip, the TonY-py
 runtime (tony_py, plus py4j, defusedxml and psutil under deps/, for the AM and executors) and
