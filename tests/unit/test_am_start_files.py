@@ -22,9 +22,9 @@ class Stager:
     def __init__(self):
         self.written: list[str] = []
 
-    def write_text(self, name, text, mode=0o600):
+    def write_text(self, name, text, mode=0o600, localized=True):
         self.written.append(name)
-        return Resource(f"{self.staging_dir}/{name}", len(text), 1)
+        return Resource(f"{self.staging_dir}/{name}", len(text), 1) if localized else None
 
     def upload_private(self, local, name, type_="FILE"):
         self.written.append(name)

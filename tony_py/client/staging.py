@@ -277,10 +277,13 @@ class Stager:
             raise UsageError(f"{path}: no such file on the cluster file system")
         return Resource(desc["path"], desc["size"], desc["mtime"], type_, "PUBLIC" if desc["public"] else "PRIVATE")
 
-    def write_text(self, name: str, text: str, mode: int = 0o600) -> Resource:
-        """A per-job file, created with its mode (the app secret is one)."""
+    def write_text(self, name: str, text: str, mode: int = 0o600, localized: bool = True) -> Resource | None:
+        """A per-job file, created with its mode (the app secret is one); its Resource, for YARN
+        to localize, unless it is not to be (no stat then)."""
         path = f"{self.staging_dir}/{name}"
         self.gw.call(f"write {name}", self.fs.writeText, path, text, mode)
+        if not localized:
+            return None
         desc = self._describe(path)
         return Resource(desc["path"], desc["size"], desc["mtime"], "FILE", "APPLICATION")
 

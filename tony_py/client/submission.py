@@ -114,6 +114,7 @@ class Submission:
                 self.tokens_end_ms = self.gw.call("read the tokens' lifetime", self.gw.bridge.tokensEndMs)
             timeline.mark("submitted")
             self._stage_for_reattach(resources)
+            timeline.mark("staged_for_reattach")
             return Job(self.gw, self.app_id, self.secret, self.stager.staging_dir)
         except BaseException as exc:
             with guard.cleanup():
@@ -272,23 +273,18 @@ class Submission:
         # (site files, a keytab, a single-node job's task files) or these are too large.
         self.am_secret_keys = {appsecret.CREDENTIALS_ALIAS: self.secret.encode()}
         in_credentials = am_credential_files(files)
-        if in_credentials is None:
-            for name, text in files.items():
-                if name not in resources:
-                    resources[name] = st.write_text(name, text)
-        else:
-            self.am_secret_keys.update(in_credentials)
+        if in_credentials is None:  # too large: staged and localized
+            resources.update({name: st.write_text(name, text) for name, text in files.items() if name not in resources})
+        self.am_secret_keys.update(in_credentials or {})
 
     def _stage_for_reattach(self, resources: dict[str, Resource]) -> None:
-        """What another process of the job's owner reads from the staging dir while the job runs
-        (`api.attach`, `tony logs`, `tony advise`): the secret (0600, in a 0700 dir) and
-        tony-final.xml. Written once the AM is on its way: the AM has its own copies in its
-        credentials, so these are off the start's path."""
+        """The secret (0600) and tony-final.xml, for the owner's `tony logs`, `tony advise` and
+        `api.attach`; once the AM is submitted (it has its own copies): off the start's path."""
         for name, text in self._reattach_files.items():
             if name in resources:  # staged already, for task containers or the AM to localize
                 continue
             try:
-                self.stager.write_text(name, text)
+                self.stager.write_text(name, text, localized=False)
             except BridgeError as exc:
                 self.warn(f"cannot stage {name} for tony logs, tony advise and api.attach ({exc}); "
                           "they will show task states only")
