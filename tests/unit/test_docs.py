@@ -133,3 +133,11 @@ def test_anchors_follow_githubs_rules():
         "executor--am-over-http-signed-with-a-per-application-secret"
     assert slug("The jar's driver runs the bundled Python client as a child process") == \
         "the-jars-driver-runs-the-bundled-python-client-as-a-child-process"
+
+
+def test_the_decisions_page_lists_every_decision_in_its_contents():
+    text = (ROOT / "docs" / "decisions.md").read_text()
+    headings = [h[3:].strip() for h in text.splitlines() if h.startswith("## ") and h != "## Contents"]
+    contents = text.split("## Contents\n", 1)[1].split("\n## ", 1)[0]
+    listed = re.findall(r"^- \[(.+)\]\(#([^)]+)\)$", contents, re.M)
+    assert listed == [(h, slug(h)) for h in headings], "update the Contents list of docs/decisions.md"
