@@ -78,9 +78,9 @@ class Harness:
         self.tmp_path, self.overrides = tmp_path, overrides
         conf = load_conf(None, ["tony.containers.command=python t.py", *overrides], env={}, cwd=tmp_path)
         self.spec = build_job_spec(conf)
-        self.port = FakePort()
+        self.cluster = FakePort()
         self.clock = Clock()
-        self.c = Coordinator(self.spec, self.port, lambda task: {"task": task.name}, clock=self.clock)
+        self.c = Coordinator(self.spec, self.cluster, lambda task: {"task": task.name}, clock=self.clock)
         if start:
             self.c.start()
         self.n = 0

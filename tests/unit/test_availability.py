@@ -90,11 +90,11 @@ def test_a_container_of_an_rm_that_failed_over_is_asked_for_again_at_no_cost(tmp
     h = Harness(tmp_path, "tony.worker.instances=2")
     c0 = h.allocate("worker")
     c1 = h.allocate("worker")
-    asked = len(h.port.requests)
+    asked = len(h.cluster.requests)
     h.c.on_start_failed(c1, "org.apache.hadoop.yarn.exceptions.InvalidContainerException: Container "
                             f"{c1} rejected as it is allocated by a previous RM")
     assert h.c.final_status is None and not h.c.failures and h.c.node_failures == {}
-    assert len(h.port.requests) == asked + 1  # worker:1 asked for again
+    assert len(h.cluster.requests) == asked + 1  # worker:1 asked for again
     h.c.on_start_failed(c0, "no such file")  # any other refusal is a launch failure, as before
     assert h.c.failures
 

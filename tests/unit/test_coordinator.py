@@ -18,7 +18,7 @@ from tony_py.job.records import TaskState
 
 def test_happy_path_two_workers(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=2")
-    assert h.port.requests == [("worker", 2)]
+    assert h.cluster.requests == [("worker", 2)]
     h.bring_up()
     assert h.c.state == JobState.RUNNING
     spec = h.c.wait_spec("worker:1", 0, h.containers["worker:1"], 0)
@@ -35,23 +35,23 @@ def test_happy_path_two_workers(tmp_path):
 
 def test_an_ask_heartbeats_in_a_burst_until_the_first_grant_then_relaxes(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=2")
-    assert h.port.heartbeats == [recovery.BURST_HEARTBEAT_MS]
+    assert h.cluster.heartbeats == [recovery.BURST_HEARTBEAT_MS]
     h.allocate("worker")
-    assert h.port.heartbeats[-1] == recovery.FAST_HEARTBEAT_MS  # one came: the rest are on their way
+    assert h.cluster.heartbeats[-1] == recovery.FAST_HEARTBEAT_MS  # one came: the rest are on their way
     h.allocate("worker")
-    assert h.port.heartbeats[-1] == recovery.SLOW_HEARTBEAT_MS  # nothing outstanding
+    assert h.cluster.heartbeats[-1] == recovery.SLOW_HEARTBEAT_MS  # nothing outstanding
 
 
 def test_an_ask_nobody_meets_bursts_for_at_most_burst_s(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=2")
     h.c.tick()
-    assert h.port.heartbeats == [recovery.BURST_HEARTBEAT_MS]
+    assert h.cluster.heartbeats == [recovery.BURST_HEARTBEAT_MS]
     h.clock.now += recovery.BURST_S
     h.c.tick()
-    assert h.port.heartbeats == [recovery.BURST_HEARTBEAT_MS, recovery.FAST_HEARTBEAT_MS]
+    assert h.cluster.heartbeats == [recovery.BURST_HEARTBEAT_MS, recovery.FAST_HEARTBEAT_MS]
     h.clock.now += 60
     h.c.tick()
-    assert h.port.heartbeats[-1] == recovery.FAST_HEARTBEAT_MS and len(h.port.heartbeats) == 2
+    assert h.cluster.heartbeats[-1] == recovery.FAST_HEARTBEAT_MS and len(h.cluster.heartbeats) == 2
 
 
 def test_gang_waits_for_every_task(tmp_path):
@@ -68,7 +68,7 @@ def test_surplus_container_is_released(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=1")
     h.allocate("worker")
     extra = h.allocate("worker")
-    assert h.port.released == [extra]
+    assert h.cluster.released == [extra]
 
 
 def test_chief_failure_fails_the_job_with_its_exit_code_and_stderr(tmp_path):
@@ -78,7 +78,7 @@ def test_chief_failure_fails_the_job_with_its_exit_code_and_stderr(tmp_path):
     assert h.c.final_status == "FAILED"
     diag = h.c.diagnostics()
     assert "worker:0" in diag and "exit code 3" in diag and "ValueError: boom" in diag
-    assert h.containers["worker:1"] in h.port.stopped  # the rest is stopped
+    assert h.containers["worker:1"] in h.cluster.stopped  # the rest is stopped
     h.complete("worker:1", -105)
     h.complete("worker:0", 3)
     assert h.c.done and h.c.tasks["worker:1"].state == TaskState.STOPPED
@@ -106,7 +106,7 @@ def test_chief_success_stops_untracked_ps(tmp_path):
     h.bring_up()
     h.result("worker:0")
     assert h.c.final_status == "SUCCEEDED"
-    assert h.port.stopped == [h.containers["ps:0"]]
+    assert h.cluster.stopped == [h.containers["ps:0"]]
     h.complete("ps:0", -105)
     h.complete("worker:0")
     assert h.c.done and h.c.tasks["ps:0"].state == TaskState.STOPPED
@@ -179,7 +179,7 @@ def test_signal_restarts_the_gang_in_place(tmp_path):
     assert h.c.attempt == 1 and h.c.decision is None
     # the healthy worker learns on its next heartbeat; no new container is requested
     assert h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {}) == {"action": "restart", "attempt": 1}
-    assert h.port.requests == [("worker", 2)]
+    assert h.cluster.requests == [("worker", 2)]
     for i, name in enumerate(["worker:0", "worker:1"]):
         assert h.c.register(name, 1, h.containers[name], 3000 + i, None)["ok"]
     env = h.c.wait_spec("worker:0", 1, h.containers["worker:0"], 0)["env"]
@@ -219,12 +219,12 @@ def test_lost_container_is_replaced_on_restart(tmp_path):
     h.bring_up()
     h.complete("worker:1", -100)  # ABORTED: node lost
     assert h.c.attempt == 1
-    assert h.port.requests == [("worker", 2), ("worker", 1)]
+    assert h.cluster.requests == [("worker", 2), ("worker", 1)]
     assert h.c.tasks["worker:1"].state == TaskState.PENDING
     assert h.c.tasks["worker:0"].state == TaskState.LAUNCHED  # kept in place
     new = h.allocate("worker")
     assert h.c.tasks["worker:1"].container.id == new
-    assert h.port.launched[-1] == new
+    assert h.cluster.launched[-1] == new
 
 
 @pytest.mark.parametrize("override", ["tony.application.retry-on-signal=false"])
@@ -247,7 +247,7 @@ def test_allocation_timeout_names_what_is_missing(tmp_path):
     assert "tony.container.allocation.timeout" in diag
     assert "2 of 3 worker (4096 MB, 1 vcores each)" in diag and "1 of 1 ps" in diag
     # the requests still outstanding, of both types, withdrawn by the ids they were made under
-    assert sorted(h.port.cancelled) == sorted(h.port.request_ids[t] for t in ("worker", "ps"))
+    assert sorted(h.cluster.cancelled) == sorted(h.cluster.request_ids[t] for t in ("worker", "ps"))
 
 
 def test_registration_timeout(tmp_path):
@@ -257,7 +257,7 @@ def test_registration_timeout(tmp_path):
     h.clock.now += 6
     h.c.tick()
     assert h.c.final_status == "FAILED" and "did not register" in h.c.diagnostics()
-    assert cid in h.port.stopped
+    assert cid in h.cluster.stopped
 
 
 def test_progress_timeout_kills_a_hung_task(tmp_path):
@@ -270,7 +270,7 @@ def test_progress_timeout_kills_a_hung_task(tmp_path):
     h.c.tick()
     assert h.c.tasks["worker:1"].state == TaskState.FAILED  # hung since it started
     assert h.c.decision is None  # a non-chief worker: TonY's tolerance
-    assert h.containers["worker:1"] in h.port.stopped
+    assert h.containers["worker:1"] in h.cluster.stopped
     assert h.c.heartbeat("worker:1", 0, h.containers["worker:1"], {})["action"] == "exit"
     h.clock.now += 4
     h.c.tick()
@@ -289,7 +289,7 @@ def test_tasks_lingering_after_the_chief_are_stopped(tmp_path):
     h.c.tick()
     assert h.c.final_status == "SUCCEEDED"
     assert "stopped worker:1, evaluator:0" in h.c.diagnostics()
-    assert set(h.port.stopped) == {h.containers["worker:1"], h.containers["evaluator:0"]}
+    assert set(h.cluster.stopped) == {h.containers["worker:1"], h.containers["evaluator:0"]}
 
 
 def test_node_with_repeated_failures_is_blacklisted(tmp_path):
@@ -298,12 +298,12 @@ def test_node_with_repeated_failures_is_blacklisted(tmp_path):
     node = h.c.tasks["worker:0"].container.node_id
     h.c.on_started(cid)
     h.c.on_completed(cid, -100, "lost")
-    assert h.port.blacklisted == []
+    assert h.cluster.blacklisted == []
     h.c.on_allocated({"id": "c2", "node_id": node, "host": "h", "node_http": "", "resource": {},
                       "allocation_request_id": 0, "priority": 0})
     h.c.on_started("c2")
     h.c.on_completed("c2", -100, "lost")
-    assert h.port.blacklisted == [node]
+    assert h.cluster.blacklisted == [node]
 
 
 def test_a_node_whose_executor_went_silent_gets_no_replacement_for_a_while(tmp_path):
@@ -316,17 +316,17 @@ def test_a_node_whose_executor_went_silent_gets_no_replacement_for_a_while(tmp_p
     h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {})
     h.clock.now += 3  # worker:1 silent for 6 s: past the 5 s expiry
     h.c.tick()
-    assert h.c.restarts_used == 1 and h.port.blacklisted == [silent]
+    assert h.c.restarts_used == 1 and h.cluster.blacklisted == [silent]
     h.clock.now += 1
     h.allocate("worker")  # other nodes took the gang's new containers
     h.allocate("worker")
     h.clock.now += recovery.AVOID_NODE_S - 2
     h.c.heartbeat("worker:0", 1, h.containers["worker:0"], {})
     h.c.tick()
-    assert h.port.blacklisted == [silent]
+    assert h.cluster.blacklisted == [silent]
     h.clock.now += 1
     h.c.tick()
-    assert h.port.blacklisted == []  # given back to YARN's scheduling
+    assert h.cluster.blacklisted == []  # given back to YARN's scheduling
 
 
 def test_a_held_back_node_is_given_back_when_no_other_node_grants_the_replacement(tmp_path):
@@ -339,17 +339,17 @@ def test_a_held_back_node_is_given_back_when_no_other_node_grants_the_replacemen
     h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {})
     h.clock.now += 3
     h.c.tick()  # the gang restart asks for two containers
-    assert h.c.restarts_used == 1 and h.port.blacklisted == [silent]
+    assert h.c.restarts_used == 1 and h.cluster.blacklisted == [silent]
     h.clock.now += recovery.AVOID_UNMET_S - 0.5
     h.c.tick()
-    assert h.port.blacklisted == [silent]
+    assert h.cluster.blacklisted == [silent]
     h.allocate("worker")  # another node granted one of the two: the hold is still worth it
     h.clock.now += recovery.AVOID_UNMET_S - 0.5
     h.c.tick()
-    assert h.port.blacklisted == [silent]
+    assert h.cluster.blacklisted == [silent]
     h.clock.now += 0.5  # then nothing for AVOID_UNMET_S
     h.c.tick()
-    assert h.port.blacklisted == []
+    assert h.cluster.blacklisted == []
     assert any(f"{silent} takes new containers again" in e["message"] for e in h.c.events.recent)
 
 
@@ -370,7 +370,7 @@ def test_a_node_whose_host_is_the_only_one_the_job_knows_is_never_held_back(tmp_
     h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {})
     h.clock.now += 3
     h.c.tick()  # worker:1 went silent: a gang restart
-    assert h.c.restarts_used == 1 and h.port.blacklisted == []
+    assert h.c.restarts_used == 1 and h.cluster.blacklisted == []
     assert any("shares its host name" in e["message"] for e in h.c.events.recent)
 
 
@@ -381,16 +381,16 @@ def test_a_single_task_job_still_holds_back_its_silent_node_on_a_bigger_cluster(
     silent = h.c.tasks["worker:0"].container.node_id
     h.clock.now += 6
     h.c.tick()
-    assert h.c.restarts_used == 1 and h.port.blacklisted == [silent]
+    assert h.c.restarts_used == 1 and h.cluster.blacklisted == [silent]
 
 
 def test_the_last_node_of_a_cluster_is_never_avoided(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=1", "tony.am.retry-count=2")
-    h.port.nodes = 1
+    h.cluster.nodes = 1
     h.bring_up()
     h.clock.now += 6
     h.c.tick()
-    assert h.c.restarts_used == 1 and h.port.blacklisted == []
+    assert h.c.restarts_used == 1 and h.cluster.blacklisted == []
     assert any("last node" in e["message"] for e in h.c.events.recent)
 
 
@@ -407,7 +407,7 @@ def test_new_am_attempt_readopts_running_tasks(tmp_path):
     adopted = fresh.c.adopt(snap, live)
     fresh.c.start()
     assert sorted(t.name for t in adopted) == ["ps:0", "worker:0", "worker:1"]
-    assert fresh.port.requests == []  # nothing to re-request
+    assert fresh.cluster.requests == []  # nothing to re-request
     assert fresh.c.state == JobState.RUNNING and fresh.c.attempt == 0
     # the running executors carry on against the new AM
     assert fresh.c.heartbeat("worker:1", 0, h.containers["worker:1"], {}) == {"action": "continue"}
@@ -425,7 +425,7 @@ def test_new_am_attempt_restarts_when_a_task_died_meanwhile(tmp_path):
     # it went with the earlier AM attempt: the cluster's doing, so the infrastructure's budget pays
     assert fresh.c.attempt == 1 and (fresh.c.restarts_used, fresh.c.infra_restarts_used) == (0, 1)
     fresh.c.start()  # as the AM does after adopting: nothing is asked twice
-    assert fresh.port.requests == [("worker", 1)]
+    assert fresh.cluster.requests == [("worker", 1)]
     assert "lost while no AM was running" in " ".join(fresh.c.events.lines())
 
 
@@ -437,7 +437,7 @@ def test_a_lost_node_costs_one_restart_not_one_per_task(tmp_path):
     h.complete("worker:1", -100)  # ...and the second, before worker:1 came back
     # one restart, from the infrastructure's budget: a lost node is not the user's failure
     assert h.c.decision is None and h.c.infra_restarts_used == 1 and h.c.restarts_used == 0
-    assert h.port.requests == [("worker", 2), ("worker", 1), ("worker", 1)]
+    assert h.cluster.requests == [("worker", 2), ("worker", 1), ("worker", 1)]
     assert [t.state for t in h.c.tasks.values()] == [TaskState.PENDING, TaskState.PENDING]
 
 
@@ -487,7 +487,7 @@ def test_gang_task_failing_before_registration_fails_the_job(tmp_path):
     h.c.on_start_failed(c1, "no such file")  # worker:1 never comes
     assert h.c.final_status == "FAILED"
     assert "before every task had registered" in h.c.diagnostics()
-    assert c1 in h.port.released  # never started: given back, not stopped
+    assert c1 in h.cluster.released  # never started: given back, not stopped
 
 
 def test_a_readopted_task_that_never_reaches_the_new_attempt_went_with_the_old_one(tmp_path):
@@ -542,7 +542,7 @@ def test_adopt_with_several_lost_tasks_spends_one_restart(tmp_path):
     fresh = h.next_attempt(live=["worker:0"])  # worker:1 and worker:2 died
     fresh.c.start()
     assert (fresh.c.restarts_used, fresh.c.infra_restarts_used) == (0, 1) and fresh.c.decision is None
-    assert fresh.port.requests == [("worker", 2)]
+    assert fresh.cluster.requests == [("worker", 2)]
     assert [t.state for t in fresh.c.tasks.values()] == [TaskState.LAUNCHED, TaskState.PENDING, TaskState.PENDING]
 
 
@@ -689,7 +689,7 @@ def test_a_replaced_container_gives_its_gpus_to_the_replacement(tmp_path):
     old = h.containers["worker:0"]
     h.clock.now += 5
     h.c.tick()  # heartbeats lost: a gang restart with a new container
-    assert h.c.attempt == 1 and old in h.port.stopped
+    assert h.c.attempt == 1 and old in h.cluster.stopped
     h.c.on_allocated({"id": "container_new", "node_id": "node1:1", "host": "host1", "node_http": "host1:8042",
                       "resource": {}, "allocation_request_id": h.c.book.ids["worker"], "priority": 0})
     assert h.c.decision is None, h.c.diagnostics()
@@ -718,7 +718,7 @@ def test_a_preemption_warns_the_task_and_restarts_without_spending_a_user_retry(
     assert failure.kind.value == "preempted" and "5 s warning" in failure.message
     assert h.c.restarts_used == 0 and h.c.infra_restarts_used == 1 and h.c.preemptions == 1
     assert h.c.attempt == 1 and h.c.decision is None
-    assert h.containers["worker:1"] in h.port.stopped  # given back at once, not at YARN's kill
+    assert h.containers["worker:1"] in h.cluster.stopped  # given back at once, not at YARN's kill
     assert h.c.tasks["worker:0"].kept and h.c.tasks["worker:1"].state == TaskState.PENDING
     # YARN's kill of the container arrives later: the same preemption, not a second one
     h.complete("worker:1", -102)
@@ -795,7 +795,7 @@ def test_the_gang_grows_back_at_the_next_restart(tmp_path):
     h.c.task_started("worker:0", 1, h.containers["worker:0"], 101)
     h.result("worker:0", None, "SIGKILL", attempt=1)  # a user retry: the restart asks for worker:1 again
     assert h.c.attempt == 2 and h.c.tasks["worker:1"].state == TaskState.PENDING
-    assert h.port.requests[-1] == ("worker", 1)
+    assert h.cluster.requests[-1] == ("worker", 1)
     assert any(e["kind"] == "RESIZE" and "grows back" in e["message"] for e in h.c.events.recent)
 
 
@@ -830,7 +830,7 @@ def test_a_peer_that_dies_while_another_task_is_preempted_spends_no_user_retry(t
     assert failure.during_preemption_of == "worker:1" and "while worker:1 was being preempted" in failure.message
     assert h.c.decision is None and h.c.restarts_used == 0 and h.c.infra_restarts_used == 1
     # worker:1 is not kept for the restart: YARN is taking its container
-    assert not h.c.tasks["worker:1"].kept and h.containers["worker:1"] in h.port.stopped
+    assert not h.c.tasks["worker:1"].kept and h.containers["worker:1"] in h.cluster.stopped
     h.c.on_preemption([h.containers["worker:1"]], 5000)  # the message again: not a second warning
     assert h.c.preemptions == 1
 

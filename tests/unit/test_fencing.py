@@ -81,7 +81,7 @@ def test_a_lost_copys_replacement_gets_its_spec_only_after_the_lease_ran_out(tmp
     old = h.containers["worker:1"]
     lost_at = h.clock.now
     lose(h, "worker:1")
-    assert h.port.stopped == [old] and h.c.state == JobState.RESTARTING
+    assert h.cluster.stopped == [old] and h.c.state == JobState.RESTARTING
     new = rejoin(h, "worker:1")
     assert h.c.wait_spec("worker:1", 1, new, 0) is None  # the gang is complete, but fenced
     assert any("may still run" in e["message"] for e in h.c.events.recent)
@@ -131,7 +131,7 @@ def test_a_kept_copy_that_goes_silent_is_replaced_without_another_restart(tmp_pa
             h.c.heartbeat(name, 1, h.containers[name], {})
         h.c.tick()
     task = h.c.tasks["worker:2"]
-    assert task.state == TaskState.PENDING and h.containers["worker:2"] in h.port.stopped
+    assert task.state == TaskState.PENDING and h.containers["worker:2"] in h.cluster.stopped
     assert h.c.restarts_used == 1 and h.c.decision is None
 
 
@@ -142,7 +142,7 @@ def test_a_restart_keeps_only_executors_heard_from_lately(tmp_path):
     beat_all(h, but="worker:2")  # worker:2 has been quiet for two and a half intervals
     h.result("worker:0", code=None, signal="SIGKILL")
     assert h.c.tasks["worker:1"].kept and not h.c.tasks["worker:2"].kept
-    assert h.containers["worker:2"] in h.port.stopped
+    assert h.containers["worker:2"] in h.cluster.stopped
 
 
 def test_a_fenced_result_is_a_lost_executor(tmp_path):

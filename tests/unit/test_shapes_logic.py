@@ -39,7 +39,7 @@ def test_bad_stages_are_refused_naming_the_key(tmp_path, overrides, words):
 
 def test_training_is_requested_only_after_the_prepare_stage_succeeded(tmp_path):
     h = Harness(tmp_path, "tony.prep.instances=1", "tony.worker.instances=2", "tony.application.prepare-stage=prep")
-    assert h.port.requests == [("prep", 1)]
+    assert h.cluster.requests == [("prep", 1)]
     c = h.allocate("prep")
     h.containers["prep:0"] = c
     h.c.on_started(c)
@@ -47,7 +47,7 @@ def test_training_is_requested_only_after_the_prepare_stage_succeeded(tmp_path):
     assert served_cluster(h.c.wait_spec("prep:0", 0, c, 0)) == {"prep": ["host1:2000"]}
     h.c.task_started("prep:0", 0, c, 1)
     h.result("prep:0")
-    assert h.port.requests == [("prep", 1), ("worker", 2)] and h.c.state == JobState.ALLOCATING and h.c.stage == 1
+    assert h.cluster.requests == [("prep", 1), ("worker", 2)] and h.c.state == JobState.ALLOCATING and h.c.stage == 1
     for name in ("worker:0", "worker:1"):
         h.containers[name] = h.allocate("worker")
         h.c.on_started(h.containers[name])
@@ -67,7 +67,7 @@ def test_a_failed_prepare_task_fails_the_job_without_training(tmp_path):
     h.c.register("prep:0", 0, h.containers["prep:0"], 2000, None)
     h.result("prep:0", code=2)
     assert h.c.final_status == "FAILED" and "training stage was not started" in h.c.diagnostics()
-    assert h.port.requests == [("prep", 1)]
+    assert h.cluster.requests == [("prep", 1)]
 
 
 # ---- group dependency timeouts ------------------------------------------------------------------------

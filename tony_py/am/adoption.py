@@ -51,18 +51,18 @@ def snapshot(job: Job, auth_last_seen: Callable[[], dict[str, int]]) -> AmSnapsh
 def adopt(job: Job, recovery: Recovery, snap: AmSnapshot, live_containers: list[dict]) -> list[Task]:
     """Take over from an earlier AM attempt. Returns the tasks whose executors must be told where
     the new AM is."""
-    port = recovery.port
+    cluster = recovery.cluster
     plan = plan_adoption(snap, {c["id"] for c in live_containers})
     _restore_job(job, snap)
     fence_earlier_copies(job)
     for node in snap.blacklisted:
-        port.blacklist(node)
+        cluster.blacklist(node)
     for name, record in snap.tasks.items():
         task = job.tasks.get(name)
         if task is not None:
-            _restore_task(job, port, task, record, plan)
+            _restore_task(job, cluster, task, record, plan)
     for container_id in plan.strangers:  # kept by YARN but unknown to the snapshot
-        port.stop(container_id)
+        cluster.stop(container_id)
     job.events.record(ev.AM_FAILOVER, f"took over from an earlier AM attempt: {len(plan.readopt)} task(s) "
                                       f"re-adopted, {len(plan.lost)} lost while no AM was running")
     if snap.verdict:
@@ -104,7 +104,7 @@ def _restore_job(job: Job, snap: AmSnapshot) -> None:
     job.blacklisted.update(snap.blacklisted)
 
 
-def _restore_task(job: Job, port, task: Task, record: TaskRecord, plan) -> None:
+def _restore_task(job: Job, cluster, task: Task, record: TaskRecord, plan) -> None:
     now = job.clock()
     name = task.name
     task.attempt = record.attempt
@@ -128,7 +128,7 @@ def _restore_task(job: Job, port, task: Task, record: TaskRecord, plan) -> None:
         if record.state == TaskState.RUNNING:
             task.started_at = task.last_progress = now
     elif name in plan.replace:  # launched but never registered: cheaper to replace
-        port.stop(record.container.id)
+        cluster.stop(record.container.id)
         task.reset_for_attempt(record.attempt, keep_container=False)
     elif name in plan.finished:
         task.state = record.state

@@ -58,16 +58,16 @@ LaunchBuilder = Callable[[Task], dict]
 
 
 class Coordinator(Job):
-    def __init__(self, spec: JobSpec, port: ClusterPort, launch_builder: LaunchBuilder,
+    def __init__(self, spec: JobSpec, cluster: ClusterPort, launch_builder: LaunchBuilder,
                  clock: Callable[[], float] = time.time, events: EventLog | None = None):
         super().__init__(spec, clock, events)
-        self.port = port
+        self.cluster = cluster
         self.build_launch = launch_builder
-        self.book = RequestBook(spec, port, clock)
+        self.book = RequestBook(spec, cluster, clock)
         self.auth_last_seen: Callable[[], dict[str, int]] = dict  # set by the AM: the verifier's memory
         self.rm_lost: str | None = None  # why executors are not answered now (lose_rm)
         self._rm_lost_at: float | None = None
-        self.recovery = Recovery(self, port, self.book)
+        self.recovery = Recovery(self, cluster, self.book)
         self.protocol = ExecutorProtocol(self, self.recovery)
         self.watchdog = Watchdog(self, self.recovery)
 
@@ -116,7 +116,7 @@ class Coordinator(Job):
             if self.decision is None and type_name is not None:
                 task = self.next_to_grant(type_name)
             if task is None:
-                self.port.release(container.id)  # surplus, or the job is already ending
+                self.cluster.release(container.id)  # surplus, or the job is already ending
                 return
             self.give_container(task, container)
             self.recovery.end_burst()
@@ -130,9 +130,9 @@ class Coordinator(Job):
                                container_id=container.id, host=container.host)
             if not self.book.waiting and not self.pending():  # (outstanding requests: some are pending)
                 self.mark("all_containers_allocated")
-                self.port.set_heartbeat_interval(SLOW_HEARTBEAT_MS)
+                self.cluster.set_heartbeat_interval(SLOW_HEARTBEAT_MS)
             try:
-                self.port.launch(container.id, self.build_launch(task))
+                self.cluster.launch(container.id, self.build_launch(task))
             except Exception as exc:  # noqa: BLE001 - any launch error fails that task
                 self.recovery.fail(task, FailureKind.LAUNCH, f"could not launch container {container.id}: {exc}")
 
@@ -143,7 +143,7 @@ class Coordinator(Job):
                 task.gpus = self.gpus.assign(container.node_id, container.id, gpus)
             except RuntimeError as exc:  # local mode: the machine's devices are all taken
                 task.container = None
-                self.port.release(container.id)
+                self.cluster.release(container.id)
                 self.recovery.finish(Decision(Action.FAIL, f"{task.name}: no free GPU: {exc}"), status="FAILED")
                 return False
         return True
@@ -240,7 +240,7 @@ class Coordinator(Job):
         with self.lock:
             for data in containers:
                 if self.task_for_container(data["id"]) is None:
-                    self.port.stop(data["id"])
+                    self.cluster.stop(data["id"])
                     self.events.record(ev.NOTE, f"stopped {data['id']} on {data.get('host')}, a container of an "
                                                 "earlier AM attempt that YARN reported late", container_id=data["id"])
 
@@ -358,7 +358,7 @@ class Coordinator(Job):
         stopped, its copies fenced, and the job starts from the beginning."""
         with self.lock:
             for data in previous_containers:
-                self.port.stop(data["id"])
+                self.cluster.stop(data["id"])
             adoption.fence_earlier_copies(self)
 
     # ---- views ---------------------------------------------------------------------------------

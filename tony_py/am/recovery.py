@@ -39,9 +39,9 @@ SLOW_HEARTBEAT_MS = 1000
 
 
 class Recovery:
-    def __init__(self, job: Job, port, book: RequestBook):
+    def __init__(self, job: Job, cluster, book: RequestBook):
         self.job = job
-        self.port = port
+        self.cluster = cluster
         self.book = book
         self._finishing: list | None = None  # [the tasks, a cursor] while FINISHING (maybe_done)
         # The AM starts bursting (tony_py/am/main.py): its first ask follows registration.
@@ -54,7 +54,7 @@ class Recovery:
             pending[t.id.type] = pending.get(t.id.type, 0) + 1
         asked = self.book.ask(pending)
         if asked:
-            self.port.set_heartbeat_interval(BURST_HEARTBEAT_MS)
+            self.cluster.set_heartbeat_interval(BURST_HEARTBEAT_MS)
             self._burst_until = self.job.clock() + BURST_S
             self.job.events.record(ev.REQUESTED, f"requested {asked} container(s)", count=asked)
         return asked
@@ -64,7 +64,7 @@ class Recovery:
         grant); the caller relaxes it further once nothing is outstanding."""
         if self._burst_until is not None and (now is None or now >= self._burst_until):
             self._burst_until = None
-            self.port.set_heartbeat_interval(FAST_HEARTBEAT_MS)
+            self.cluster.set_heartbeat_interval(FAST_HEARTBEAT_MS)
 
     # ---- failures --------------------------------------------------------------------------
     def fail(self, task: Task, kind: FailureKind, message: str, container: Container | None = None,
@@ -107,9 +107,9 @@ class Recovery:
             # container that never started is given back instead (there is nothing to stop).
             task.released = True
             if task.container_started:
-                self.port.stop(task.container.id)
+                self.cluster.stop(task.container.id)
             else:
-                self.port.release(task.container.id)
+                self.cluster.release(task.container.id)
         if container is not None and policy.counts_against_node(kind):
             self.count_node_failure(container.node_id)
         if job.decision is not None or not apply:
@@ -135,7 +135,7 @@ class Recovery:
         if node_id not in job.blacklisted and policy.blacklist_node(job.spec, count):
             job.blacklisted.add(node_id)
             if job.avoided.pop(node_id, None) is None:  # (an avoided node is on YARN's list already)
-                self.port.blacklist(node_id)
+                self.cluster.blacklist(node_id)
             job.events.record(ev.NODE_BLACKLISTED, f"blacklisted {node_id} for this job: {count} task failures "
                                                    f"there (tony.task.max-failures-per-node="
                                                    f"{job.spec.max_failures_per_node})", node_id=node_id)
@@ -148,7 +148,7 @@ class Recovery:
         job = self.job
         if node_id in job.blacklisted:
             return
-        if node_id not in job.avoided and len(job.blacklisted | set(job.avoided)) + 1 >= self.port.node_count():
+        if node_id not in job.avoided and len(job.blacklisted | set(job.avoided)) + 1 >= self.cluster.node_count():
             job.events.record(ev.NOTE, f"not avoiding {node_id} ({why}): it is the last node the job may use",
                               node_id=node_id)
             return
@@ -160,7 +160,7 @@ class Recovery:
                                        "name, and YARN holds back whole hosts", node_id=node_id)
             return
         if node_id not in job.avoided:
-            self.port.blacklist(node_id)
+            self.cluster.blacklist(node_id)
             job.events.record(ev.NOTE, f"no new container on {node_id} for {AVOID_NODE_S:.0f} s: {why}",
                               node_id=node_id)
         job.avoided[node_id] = job.clock() + AVOID_NODE_S
@@ -186,7 +186,7 @@ class Recovery:
             if until <= now or unmet:
                 del job.avoided[node_id]
                 if node_id not in job.blacklisted:
-                    self.port.unblacklist(node_id)
+                    self.cluster.unblacklist(node_id)
                 if until > now:
                     job.events.record(ev.NOTE, f"{node_id} takes new containers again: no other node granted "
                                                f"one in {unmet_s:.0f} s", node_id=node_id)
@@ -212,7 +212,7 @@ class Recovery:
         container = task.container or task.last_container
         self.supersede(task, why)
         if task.container is not None:
-            self.port.stop(task.container.id)
+            self.cluster.stop(task.container.id)
             job.gpus.release(task.container.id)
         task.reset_for_attempt(task.attempt, keep_container=False)
         self.request_missing()
@@ -301,7 +301,7 @@ class Recovery:
                 self.supersede(task, f"gang restart to attempt {job.attempt}")
             if task.container is not None and not keep:
                 if not task.released:  # (a lost or hung executor's was stopped when it failed)
-                    self.port.stop(task.container.id)
+                    self.cluster.stop(task.container.id)
                 # Its devices go to the replacement now, not when the end of the stopped container
                 # arrives (which may come after the new allocation): the stopped process is killed
                 # at once, the replacement's user process starts only after its executor registered.
@@ -323,7 +323,7 @@ class Recovery:
         for task in job.tasks.values():
             if task.container is not None and not task.state.finished:
                 task.stopping = True
-                self.port.stop(task.container.id)
+                self.cluster.stop(task.container.id)
             elif task.state == TaskState.PENDING:
                 task.state = TaskState.STOPPED
         self.update_progress()
@@ -352,7 +352,7 @@ class Recovery:
     def update_progress(self) -> None:
         tracked = [t for t in self.job.tasks.values() if t.tracked and t.state != TaskState.PARKED]
         done = sum(1 for t in tracked if t.state.finished)
-        self.port.set_progress(done / len(tracked) if tracked else 1.0)
+        self.cluster.set_progress(done / len(tracked) if tracked else 1.0)
 
 
 def _waited_for(task: Task) -> bool:

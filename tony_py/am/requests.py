@@ -15,9 +15,9 @@ from tony_py.config.spec import JobSpec
 
 
 class RequestBook:
-    def __init__(self, spec: JobSpec, port, clock: Callable[[], float]):
+    def __init__(self, spec: JobSpec, cluster, clock: Callable[[], float]):
         self.spec = spec
-        self.port = port
+        self.cluster = cluster
         self.clock = clock
         self.ids = {t.name: i for i, t in enumerate(spec.types)}
         self.outstanding: dict[str, int] = {}  # containers asked for and not yet allocated
@@ -30,7 +30,7 @@ class RequestBook:
         for task_type in self.spec.types:
             missing = pending.get(task_type.name, 0) - self.outstanding.get(task_type.name, 0)
             if missing > 0:
-                self.port.request(self.ids[task_type.name], task_type, missing)
+                self.cluster.request(self.ids[task_type.name], task_type, missing)
                 self.outstanding[task_type.name] = self.outstanding.get(task_type.name, 0) + missing
                 asked += missing
         if asked:
@@ -56,7 +56,7 @@ class RequestBook:
     def cancel(self, types: Iterable[str] | None = None) -> None:
         """Withdraw every outstanding request (of the given types)."""
         for name in list(types if types is not None else self.ids):
-            self.port.cancel_requests(self.ids[name])
+            self.cluster.cancel_requests(self.ids[name])
             self.outstanding.pop(name, None)
 
     @property
