@@ -44,7 +44,7 @@ MAX_SPEC_POLL_S = 20.0
 class Executor:
     def __init__(self, settings: Settings, channel: AmChannel, base_env: dict, cwd: Path,
                  control_port: int | None = None):
-        self.s = settings
+        self.settings = settings
         self.channel = channel
         self.base_env = base_env
         self.cwd = cwd
@@ -63,17 +63,17 @@ class Executor:
                                      os.environ.get(TOKEN_FILE_ENV))
 
     def _body(self, attempt: int, **extra) -> dict:
-        body = {"task": self.s.task, "attempt": attempt, "container": self.s.container_id}
+        body = {"task": self.settings.task, "attempt": attempt, "container": self.settings.container_id}
         body.update((k, v) for k, v in extra.items() if v is not None)  # absent, not null: smaller
         return body
 
     def _yarn_gpus(self) -> list[str] | None:
         """The devices the NodeManager itself assigned to this container (its GPU plugin under
         the LinuxContainerExecutor): they replace the AM's choice in the task's environment."""
-        if not self.s.gpus or self.s.gpu_assignment != "auto":
+        if not self.settings.gpus or self.settings.gpu_assignment != "auto":
             return None
         devices = nodemanager_assignment(self.base_env.get("NM_HOST"), self.base_env.get("NM_HTTP_PORT"),
-                                         self.s.container_id)
+                                         self.settings.container_id)
         if devices and self.base_env.get("YARN_CONTAINER_RUNTIME_TYPE") == "docker":
             # YARN's Docker runtime mounts only these devices and sets NVIDIA_VISIBLE_DEVICES
             # itself; inside the container they are numbered from 0, so the host indices would
@@ -132,20 +132,21 @@ class Executor:
     def run_attempt(self, attempt: int) -> None:
         env, tb_port = self._register(attempt)
         self.preempt_deadline = None
-        out = self.s.log_dir / f"attempt-{attempt}.stdout"
-        err = self.s.log_dir / f"attempt-{attempt}.stderr"
+        out = self.settings.log_dir / f"attempt-{attempt}.stdout"
+        err = self.settings.log_dir / f"attempt-{attempt}.stderr"
         self.progress_file = env["TONY_PROGRESS_FILE"]
         self.callback_file = env["TONY_CALLBACK_FILE"]
         self.tb_port, self.reported = tb_port, set()
-        gpu_metrics = self.s.gpus > 0 and self.s.gpu_metrics
+        gpu_metrics = self.settings.gpus > 0 and self.settings.gpu_metrics
         self.sampler = MetricsSampler(gpu_metrics, env.get("CUDA_VISIBLE_DEVICES"),
                                       find_nvidia_smi(self.base_env) if gpu_metrics else None)
         self.channel.lease.publish(Path(env["TONY_LEASE_FILE"]))
-        command, env = launch(self.s.framework, self.s.command, env, self.s.max_restarts, str(self.cwd))
+        s = self.settings
+        command, env = launch(s.framework, s.command, env, s.max_restarts, str(self.cwd))
         self.child = UserProcess(command, env, str(self.cwd), out, err)
         # Not the whole command: task_params may carry credentials, and this log is aggregated.
-        log.info("started pid %d: %s%s", self.child.pid, describe_command(self.s.command) or "(command not shown)",
-                 traits(self.s.framework).wrapped if command != self.s.command else "")
+        log.info("started pid %d: %s%s", self.child.pid, describe_command(s.command) or "(command not shown)",
+                 traits(s.framework).wrapped if command != s.command else "")
         try:
             check(self.channel.post("/v1/started", self._body(attempt, pid=self.child.pid)))
             code, timed_out, fenced = self._supervise(attempt, env.get("TONY_PREEMPTION_DEADLINE_FILE"))
@@ -167,16 +168,16 @@ class Executor:
 
     def _register(self, attempt: int) -> tuple[dict, int | None]:
         """Register with fresh ports, wait for the spec: the task's env, and its TensorBoard port."""
-        socks = reserve_ports(2 if self.s.reserve_tb_port else 1)
+        socks = reserve_ports(2 if self.settings.reserve_tb_port else 1)
         try:
             port = socks[0].getsockname()[1]
             tb_port = socks[1].getsockname()[1] if len(socks) > 1 else None
             check(self.channel.post("/v1/register", self._body(attempt, port=port, tb_port=tb_port,
                                                                 control_port=self.control_port,
                                                                 pid=os.getpid(), gpus=self.yarn_gpus)))
-            log.info("registered %s attempt %d on port %d", self.s.task, attempt, port)
+            log.info("registered %s attempt %d on port %d", self.settings.task, attempt, port)
             answer = self._wait_for_spec(attempt)
-            env = user_env(self.s, self.base_env, expand(answer.get("env", {}), answer.get("shared")), attempt,
+            env = user_env(self.settings, self.base_env, expand(answer.get("env", {}), answer.get("shared")), attempt,
                            self.cwd)
         finally:
             for s in socks:  # released just before the child binds them
@@ -198,18 +199,19 @@ class Executor:
         check(answer)
 
     def _wait_for_spec(self, attempt: int) -> dict:
-        deadline = time.monotonic() + self.s.registry_timeout_s if self.s.registry_timeout_s > 0 else None
+        deadline = time.monotonic() + self.settings.registry_timeout_s if self.settings.registry_timeout_s > 0 else None
         # each poll returns within half a lease, so the answer that starts the task leaves it at
         # least half a lease (the lease counts from when the poll was sent)
-        poll_s = min(MAX_SPEC_POLL_S, self.s.lease_s / 2)
+        poll_s = min(MAX_SPEC_POLL_S, self.settings.lease_s / 2)
         while True:
-            answer = check(self.channel.wait_spec(self.s.task, attempt, self.s.container_id, timeout=poll_s))
+            answer = check(self.channel.wait_spec(self.settings.task, attempt, self.settings.container_id,
+                                                  timeout=poll_s))
             if answer is not None and not self.channel.lease.expired():
                 return answer
             if self.terminated.is_set():
                 raise Instruction({"action": "exit", "reason": "terminated"})
             if deadline and time.monotonic() > deadline:
-                raise SystemExit(f"no cluster spec after {self.s.registry_timeout_s:.0f} s "
+                raise SystemExit(f"no cluster spec after {self.settings.registry_timeout_s:.0f} s "
                                  "(tony.task.executor.registry-timeout-sec)")
 
     # ---- while the task runs ---------------------------------------------------------------------
@@ -219,8 +221,9 @@ class Executor:
         started = time.monotonic()
         # The first sample a second in: at once it would find only a process still starting, and
         # its scan of /proc would compete with that start (16 tasks starting on a 2-core node).
-        next_metrics, next_probe = started + min(1.0, self.s.metrics_interval_s), 0.0
-        beats = Heartbeats(self.channel, self.s.secret, self.s.container_id or self.s.task, self.s.heartbeat_s,
+        next_metrics, next_probe = started + min(1.0, self.settings.metrics_interval_s), 0.0
+        s = self.settings
+        beats = Heartbeats(self.channel, s.secret, s.container_id or s.task, s.heartbeat_s,
                            body=lambda: self._beat_body(attempt), fence=self.child.kill_now,
                            tokens=self.tokens.offered).start()
         try:
@@ -237,16 +240,16 @@ class Executor:
                     raise Instruction(beats.instruction)
                 if beats.preempt is not None and self.preempt_deadline is None:  # once per attempt
                     self._warn_of_preemption(beats.preempt, env_file)
-                if self.s.execution_timeout_s > 0 and now - started > self.s.execution_timeout_s:
-                    log.error("execution timeout (%.0f s): killing the process group", self.s.execution_timeout_s)
+                if s.execution_timeout_s > 0 and now - started > s.execution_timeout_s:
+                    log.error("execution timeout (%.0f s): killing the process group", s.execution_timeout_s)
                     self.child.kill_group()
                     return (self.child.returncode if self.child.returncode is not None else -9), True, False
                 if now >= next_metrics:  # process-tree RSS: cheap, not every second (tony.task.metrics-interval-ms)
-                    next_metrics = now + self.s.metrics_interval_s
+                    next_metrics = now + self.settings.metrics_interval_s
                     self.metrics = self._metrics()
                 probe = now >= next_probe  # is TensorBoard up yet: a connect, once a heartbeat interval
                 if probe:
-                    next_probe = now + self.s.heartbeat_s
+                    next_probe = now + self.settings.heartbeat_s
                 self._report_once(attempt, probe_tensorboard=probe)
         finally:
             beats.stop()
@@ -296,9 +299,9 @@ class Executor:
             else:
                 check(self.channel.post("/v1/callback", self._body(attempt, info=info)))
         if (probe_tensorboard and "tensorboard" not in self.reported and self.tb_port
-                and listening(self.s.host, self.tb_port)):
+                and listening(self.settings.host, self.tb_port)):
             self.reported.add("tensorboard")
-            url = f"http://{self.s.host}:{self.tb_port}"
+            url = f"http://{self.settings.host}:{self.tb_port}"
             log.info("TensorBoard is up at %s", url)
             check(self.channel.post("/v1/tensorboard", self._body(attempt, url=url)))
 
