@@ -11,7 +11,7 @@ from tony_py.am import events as ev
 from tony_py.am.failover import SNAPSHOT_VERSION, AmSnapshot, TaskRecord, Verdict, plan_adoption
 from tony_py.am.policy import Decision
 from tony_py.am.recovery import Recovery
-from tony_py.am.state import Job, JobState
+from tony_py.am.state import JobCore, JobState
 from tony_py.am.tasks import Task
 from tony_py.job.records import FailureKind, TaskState
 
@@ -19,7 +19,7 @@ from tony_py.job.records import FailureKind, TaskState
 ADOPTION_GRACE_S = 20.0
 
 
-def snapshot(job: Job, auth_last_seen: Callable[[], dict[str, int]]) -> AmSnapshot:
+def snapshot(job: JobCore, auth_last_seen: Callable[[], dict[str, int]]) -> AmSnapshot:
     """What a later AM attempt needs to take over."""
     job.dirty = False
     return AmSnapshot(
@@ -48,7 +48,7 @@ def snapshot(job: Job, auth_last_seen: Callable[[], dict[str, int]]) -> AmSnapsh
     )
 
 
-def adopt(job: Job, recovery: Recovery, snap: AmSnapshot, live_containers: list[dict]) -> list[Task]:
+def adopt(job: JobCore, recovery: Recovery, snap: AmSnapshot, live_containers: list[dict]) -> list[Task]:
     """Take over from an earlier AM attempt. Returns the tasks whose executors must be told where
     the new AM is."""
     cluster = recovery.cluster
@@ -84,7 +84,7 @@ def adopt(job: Job, recovery: Recovery, snap: AmSnapshot, live_containers: list[
     return [job.tasks[name] for name in plan.readopt if job.tasks[name].container is not None]
 
 
-def fence_earlier_copies(job: Job) -> None:
+def fence_earlier_copies(job: JobCore) -> None:
     """No new copy of any task starts until a lease after this attempt started: the earlier
     attempt was in contact with its executors until it died (or, cut off from the RM, until it
     stopped answering them), no later than now, and may have started copies that neither its
@@ -93,7 +93,7 @@ def fence_earlier_copies(job: Job) -> None:
         job.fences.fence(name, f"{name} of an earlier AM attempt", job.clock(), "an earlier AM attempt's copy")
 
 
-def _restore_job(job: Job, snap: AmSnapshot) -> None:
+def _restore_job(job: JobCore, snap: AmSnapshot) -> None:
     job.attempt, job.restarts_used = snap.attempt, snap.restarts_used
     job.infra_restarts_used, job.preemptions = snap.infra_restarts_used, snap.preemptions
     job.cluster_view, job.started_at = snap.cluster_view, snap.started_at
@@ -104,7 +104,7 @@ def _restore_job(job: Job, snap: AmSnapshot) -> None:
     job.blacklisted.update(snap.blacklisted)
 
 
-def _restore_task(job: Job, cluster, task: Task, record: TaskRecord, plan) -> None:
+def _restore_task(job: JobCore, cluster, task: Task, record: TaskRecord, plan) -> None:
     now = job.clock()
     name = task.name
     task.attempt = record.attempt

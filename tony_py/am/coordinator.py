@@ -10,7 +10,7 @@ Inputs arrive from three places:
 Failures become decisions and decisions become restarts or verdicts in recovery.py, by the rules
 of policy.py; fail-over snapshots and adoption are adoption.py. Outputs go through a
 `ClusterPort` (request/launch/stop/release containers): the Py4J bridge in production, local
-processes in local mode, a fake in unit tests. Reports are made from `Job.view()`.
+processes in local mode, a fake in unit tests. Reports are made from `JobCore.view()`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tony_py.am.policy import Action, Decision
 from tony_py.am.protocol import ExecutorProtocol
 from tony_py.am.recovery import SLOW_HEARTBEAT_MS, Recovery
 from tony_py.am.requests import RequestBook
-from tony_py.am.state import Job, JobState
+from tony_py.am.state import JobCore, JobState
 from tony_py.am.tasks import Task
 from tony_py.am.watchdog import Watchdog
 from tony_py.config.spec import JobSpec, TaskType
@@ -57,7 +57,7 @@ class ClusterPort(Protocol):
 LaunchBuilder = Callable[[Task], dict]
 
 
-class Coordinator(Job):
+class Coordinator(JobCore):
     def __init__(self, spec: JobSpec, cluster: ClusterPort, launch_builder: LaunchBuilder,
                  clock: Callable[[], float] = time.time, events: EventLog | None = None):
         super().__init__(spec, clock, events)

@@ -19,7 +19,7 @@ from tony_py.am import events as ev
 from tony_py.am import policy
 from tony_py.am.policy import Action, Decision
 from tony_py.am.recovery import Recovery
-from tony_py.am.state import Job, JobState
+from tony_py.am.state import JobCore, JobState
 from tony_py.am.tasks import Task
 from tony_py.config.spec import NOTEBOOK_TYPE, TaskId
 from tony_py.frameworks.envplan import EnvPlan, SpecAnswer
@@ -30,7 +30,7 @@ _IN_THE_GANG = frozenset({TaskState.REGISTERED, TaskState.RUNNING, TaskState.PAR
 
 
 class ExecutorProtocol:
-    def __init__(self, job: Job, recovery: Recovery):
+    def __init__(self, job: JobCore, recovery: Recovery):
         self.job = job
         self.recovery = recovery
         self._plan: tuple[tuple, dict, EnvPlan] | None = None
@@ -182,7 +182,7 @@ class ExecutorProtocol:
         return SpecAnswer(self._task_env(task, plan, job.dense_id(task), self._gang_size()), plan)
 
     def _numbering(self, view) -> tuple[dict[str, TaskId], int]:
-        """Each task's id as the gang of this view numbers it (state.Job.dense_id), and the
+        """Each task's id as the gang of this view numbers it (state.JobCore.dense_id), and the
         gang's tracked size, worked out once per view: a job of thousands asks for each."""
         if self._dense is None or self._dense[0] is not view:
             numbering: dict[str, TaskId] = {}
@@ -217,7 +217,7 @@ class ExecutorProtocol:
 
     @staticmethod
     def _task_env(task: Task, plan: EnvPlan, dense: TaskId, gang_size: int) -> dict[str, str]:
-        env = plan.env(dense)  # a smaller gang numbers its members 0..n-1 (state.Job.dense_id)
+        env = plan.env(dense)  # a smaller gang numbers its members 0..n-1 (state.JobCore.dense_id)
         if dense != task.id:  # TonY's, set at launch for the full size
             env["TASK_INDEX"] = str(dense.index)
             env["TASK_NUM"] = str(gang_size)

@@ -11,7 +11,7 @@ from tony_py.am import events as ev
 from tony_py.am import policy
 from tony_py.am.policy import Action, Decision
 from tony_py.am.requests import RequestBook
-from tony_py.am.state import Job, JobState
+from tony_py.am.state import JobCore, JobState
 from tony_py.am.tasks import Task
 from tony_py.job.records import Container, Failure, FailureKind, TaskState
 
@@ -39,7 +39,7 @@ SLOW_HEARTBEAT_MS = 1000
 
 
 class Recovery:
-    def __init__(self, job: Job, cluster, book: RequestBook):
+    def __init__(self, job: JobCore, cluster, book: RequestBook):
         self.job = job
         self.cluster = cluster
         self.book = book

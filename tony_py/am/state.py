@@ -1,6 +1,6 @@
 """The job's state machine, and the state the AM keeps about the job.
 
-Job states (`JobState`; `Job.enter` is the only place the state changes, and it refuses any
+Job states (`JobState`; `JobCore.enter` is the only place the state changes, and it refuses any
 transition not in TRANSITIONS):
 
     ALLOCATING ──every task registered (GANG) / a first task's spec served (FCFS)──▶ RUNNING
@@ -19,8 +19,8 @@ transition not in TRANSITIONS):
 A gang whose tasks are all registered still waits while a copy of one of its tasks may be
 running somewhere it can no longer be told to stop (fencing.py): its lease must run out first.
 
-`Job` holds what the coordinator's parts share (tasks, attempt, failures, verdict, …). The parts
-(protocol.py, recovery.py, watchdog.py, adoption.py) change it only under `Job.lock`, which the
+`JobCore` holds what the coordinator's parts share (tasks, attempt, failures, verdict, …). The parts
+(protocol.py, recovery.py, watchdog.py, adoption.py) change it only under `JobCore.lock`, which the
 coordinator's entry points take.
 """
 
@@ -65,8 +65,9 @@ class IllegalTransition(RuntimeError):
     pass
 
 
-class Job:
-    """The job as the AM knows it."""
+class JobCore:
+    """The job as the AM knows it: the core the coordinator's parts share, without I/O (the
+    client's handle on a job is tony_py/client/job.py's Job)."""
 
     def __init__(self, spec: JobSpec, clock: Callable[[], float], events: EventLog | None):
         self.spec = spec

@@ -17,7 +17,7 @@ from tony_py.job.records import Container, Failure, TaskState
 
 @dataclass
 class Task:
-    # Bumped whenever a task becomes PENDING again: Job.next_to_grant then searches from the first.
+    # Bumped whenever a task becomes PENDING again: JobCore.next_to_grant then searches from the first.
     pending_again: ClassVar[int] = 0
 
     id: TaskId

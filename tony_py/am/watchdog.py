@@ -11,12 +11,12 @@ from tony_py.am import events as ev
 from tony_py.am import policy
 from tony_py.am.policy import Action, Decision
 from tony_py.am.recovery import Recovery
-from tony_py.am.state import Job
+from tony_py.am.state import JobCore
 from tony_py.job.records import FailureKind
 
 
 class Watchdog:
-    def __init__(self, job: Job, recovery: Recovery):
+    def __init__(self, job: JobCore, recovery: Recovery):
         self.job = job
         self.recovery = recovery
         self.resized = False  # the gang shrank: its spec may be served now (the coordinator does)
