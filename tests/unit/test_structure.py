@@ -1,16 +1,21 @@
 """The house rules a newcomer can rely on, checked on every run: no module of tony_py over 400
-lines and no function over 60; imports (type hints included) form no circle and run one way,
+lines (unless it is on a reasoned allow-list: a cap is a prompt to look, not a reason to split a
+concern) and no function over 60; imports (type hints included) form no circle and run one way,
 from the rooms that start processes down to the shared vocabulary."""
 
 from __future__ import annotations
 
 import ast
+import warnings
 from collections import defaultdict
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "tony_py"
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
+# Modules allowed over MAX_MODULE_LINES, each with why its concern is one; a warning names them on
+# every run, and an entry whose module is back under the cap fails (the list stays true).
+LONG_MODULES: dict[str, str] = {}
 
 # Each room may import its own modules and those of lower layers, never a higher one.
 LAYERS = [
@@ -65,8 +70,12 @@ def test_no_module_over_400_lines_and_no_function_over_60():
     too_long = []
     for mod, path in modules().items():
         text = path.read_text()
-        if len(text.splitlines()) > MAX_MODULE_LINES:
-            too_long.append(f"{mod}: {len(text.splitlines())} lines")
+        lines = len(text.splitlines())
+        if mod in LONG_MODULES:
+            assert lines > MAX_MODULE_LINES, f"{mod} is back under {MAX_MODULE_LINES} lines: take it off LONG_MODULES"
+            warnings.warn(f"{mod}: {lines} lines, allowed: {LONG_MODULES[mod]}")
+        elif lines > MAX_MODULE_LINES:
+            too_long.append(f"{mod}: {lines} lines (one concern? add it to LONG_MODULES with the reason)")
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
