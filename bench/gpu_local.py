@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tony_py import api  # noqa: E402
-from tony_py.am.gpus import local_devices  # noqa: E402
+from tony_py.am.core.gpus import local_devices  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "pytorch_gpu"
 METRICS = ("MAX_GPU_UTILIZATION", "AVG_GPU_UTILIZATION", "MAX_GPU_FB_MEMORY_USAGE", "gpu_memory_total_bytes")

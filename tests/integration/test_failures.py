@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from support import PYTHON, ROOT, Background, am_processes, probe_records, tasks_running, wait_for
-from tony_py.am.fencing import MARGIN_S
+from tony_py.am.core.fencing import MARGIN_S
 from tony_py.cluster import LocalCluster
 
 

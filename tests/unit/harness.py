@@ -3,7 +3,7 @@
 import json
 import time
 
-from tony_py.am.coordinator import Coordinator
+from tony_py.am.core.coordinator import Coordinator
 from tony_py.frameworks.envplan import expand
 from tony_py.config.layers import load_conf
 from tony_py.config.build import build_job_spec
@@ -116,7 +116,7 @@ class Harness:
         with the containers YARN kept (`live` task names; all by default), not started yet. Every
         task has a control endpoint, so a live one is re-adopted; `adopted`: the tasks whose
         executors are told where the new AM is."""
-        from tony_py.am.failover import AmSnapshot
+        from tony_py.am.core.failover import AmSnapshot
 
         for name in self.containers:
             self.c.tasks[name].control_url = f"http://{name}"

@@ -10,9 +10,9 @@ from tony_py.frameworks.envplan import expand
 
 def served_env(answer: dict) -> dict:
     return expand(answer["env"], answer.get("shared"))
-from tony_py.am import recovery
-from tony_py.am.state import JobState
-from tony_py.am.failover import AmSnapshot
+from tony_py.am.core import recovery
+from tony_py.am.core.state import JobState
+from tony_py.am.core.failover import AmSnapshot
 from tony_py.job.records import TaskState
 
 
@@ -135,7 +135,7 @@ def test_all_tracked_failed_is_failure(tmp_path):
     h.result("worker:1", code=2)
     h.result("worker:2", code=2)
     assert h.c.decision is None
-    from tony_py.am import policy
+    from tony_py.am.core import policy
     h.c.tasks["worker:0"].state = TaskState.FAILED  # the policy's own view: every tracked task failed
     h.c.tasks["worker:0"].failure = h.c.tasks["worker:1"].failure
     decision = policy.completion(h.spec, h.c.tasks)
@@ -496,7 +496,7 @@ def test_a_readopted_task_that_never_reaches_the_new_attempt_went_with_the_old_o
     AM's, as an end while no AM ran would be: the infrastructure's restart, whether the AM's own
     silence detection or YARN's report of the node's containers comes first. A re-adopted task
     that did reach the new attempt and went silent after is an ordinary lost executor."""
-    from tony_py.am.adoption import ADOPTION_GRACE_S
+    from tony_py.am.core.adoption import ADOPTION_GRACE_S
 
     h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
     h.bring_up()
@@ -585,7 +585,7 @@ def test_restarting_is_observable_until_the_new_gang_is_complete(tmp_path):
 
 
 def test_every_job_state_is_reachable_and_transitions_are_checked(tmp_path):
-    from tony_py.am.state import TRANSITIONS, IllegalTransition
+    from tony_py.am.core.state import TRANSITIONS, IllegalTransition
 
     seen = set()
     h = Harness(tmp_path, "tony.worker.instances=1", "tony.am.retry-count=1")
@@ -644,7 +644,7 @@ def test_task_command_per_type(tmp_path):
 
 # ---- policy: pure rules ---------------------------------------------------------------------------
 def test_policy_timeouts_and_blacklist_are_pure_functions(tmp_path):
-    from tony_py.am import policy
+    from tony_py.am.core import policy
     from tony_py.job.records import Failure, FailureKind
 
     h = Harness(tmp_path, "tony.worker.instances=1", "tony.application.timeout=5000",

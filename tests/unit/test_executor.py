@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tony_py.am.server import MAX_BODY
+from tony_py.am.http.server import MAX_BODY
 from tony_py.config.spec import FINAL_CONF_FILE as FINAL_CONF, SPEC_FILE
 from tony_py.executor.jobfiles import UnpackError, fetch_job_files, load_job, unpack_src
 from tony_py.executor.settings import Settings

@@ -1,4 +1,4 @@
-"""Fencing: no two copies of a task ever run at once (tony_py/am/fencing.py on the AM's side,
+"""Fencing: no two copies of a task ever run at once (tony_py/am/core/fencing.py on the AM's side,
 tony_py/executor/lease.py and heartbeats.py on the executor's)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import time
 import pytest
 
 from harness import Harness, wait_until
-from tony_py.am.failover import AmSnapshot
-from tony_py.am.fencing import MARGIN_S, Fences
-from tony_py.am.server import AmHttpServer
-from tony_py.am.state import JobState
+from tony_py.am.core.failover import AmSnapshot
+from tony_py.am.core.fencing import MARGIN_S, Fences
+from tony_py.am.http.server import AmHttpServer
+from tony_py.am.core.state import JobState
 from tony_py.auth import Signer, UnsignedAnswer, Verifier, call_json
 from tony_py.executor.channel import AmChannel
 from tony_py.executor.heartbeats import Heartbeats

@@ -15,9 +15,10 @@ from types import SimpleNamespace
 import pytest
 
 from harness import Harness, wait_until
-from tony_py.am import admission, dashboard, httpd, report
-from tony_py.am import server as server_module
-from tony_py.am.server import AmHttpServer
+from tony_py.am.http import admission, dashboard, httpd
+from tony_py.am.core import report
+from tony_py.am.http import server as server_module
+from tony_py.am.http.server import AmHttpServer
 from tony_py.auth import Signer, UnsignedAnswer, Verifier, call_json
 from tony_py.client.portal import Portal, make_server
 from tony_py.executor import control as control_module

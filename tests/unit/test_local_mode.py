@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from tony_py import api
-from tony_py.am.gpus import GpuBook, local_devices, visible_devices_env
+from tony_py.am.core.gpus import GpuBook, local_devices, visible_devices_env
 from tony_py.errors import UsageError
 from tony_py.executor.gpus import assigned_to
 

@@ -15,7 +15,7 @@ import time
 import pytest
 from rich.console import Console
 
-from tony_py.am import events as ev
+from tony_py.am.core import events as ev
 from tony_py.am.history import HistoryWriter
 from tony_py.client import monitor
 from tony_py.errors import UsageError
@@ -538,7 +538,7 @@ def test_history_writer_purges_after_moving(tmp_path):
 def test_the_event_log_keeps_each_milestones_first_however_long_the_job():
     """The advice needs when the job was submitted and its containers started, long after the
     last MAX_KEPT events have moved on."""
-    from tony_py.am import events as ev
+    from tony_py.am.core import events as ev
 
     log = ev.EventLog(clock=iter(range(10_000)).__next__, keep=5)
     log.record(ev.SUBMITTED)

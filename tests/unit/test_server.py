@@ -11,9 +11,9 @@ import time
 import pytest
 
 from harness import Harness
-from tony_py.am import report
-from tony_py.am import server as server_module
-from tony_py.am.server import AmHttpServer, JobFiles
+from tony_py.am.core import report
+from tony_py.am.http import server as server_module
+from tony_py.am.http.server import AmHttpServer, JobFiles
 from tony_py.auth import REQUEST_HEADER, RESPONSE_HEADER, Signer, UnsignedAnswer, Verifier, call_json, call_signed, gunzip
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
 from tony_py.executor.settings import Instruction, Settings

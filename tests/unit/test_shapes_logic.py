@@ -5,7 +5,7 @@ import pytest
 
 from harness import Harness, served_cluster
 from tony_py import frameworks
-from tony_py.am.state import JobState
+from tony_py.am.core.state import JobState
 from tony_py.am.launch import JobMeta, TaskLauncher, am_serves_src, job_file_delivery
 from tony_py.job.records import TaskState
 from tony_py.config.build import build_job_spec
@@ -150,7 +150,7 @@ def test_docker_settings_reach_the_launch_contexts(tmp_path):
     assert worker["YARN_CONTAINER_RUNTIME_TYPE"] == "docker"
     assert worker["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] == "registry:5000/ml/tf:2.16"
     assert worker["YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS"] == "/etc/passwd:/etc/passwd:ro,/data:/data:rw"
-    from tony_py.am.tasks import Task
+    from tony_py.am.core.tasks import Task
     assert launcher.env(Task(TaskId("ps", 0), tracked=False))["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"].startswith("ml/ps@")
     assert spec.docker_am_image == "ml/am:1"
 

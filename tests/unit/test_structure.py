@@ -114,3 +114,21 @@ def test_no_import_circles():
     # package (`from tony_py.cluster import definition`) is how packages work, not a circle.
     circles = [" -> ".join(c) for c in found if not any(mods[m].name == "__init__.py" for m in c)]
     assert circles == []
+
+
+# The AM in three parts, each importing only those before it: the job core (no I/O), its HTTP
+# side, and the process shell (tony_py/am/*.py) that wires them to the JVM, files and sockets.
+AM_PARTS = ["tony_py.am.core", "tony_py.am.http", "tony_py.am"]
+
+
+def am_part(module: str) -> int:
+    return next(i for i, part in enumerate(AM_PARTS) if module == part or module.startswith(part + "."))
+
+
+def test_the_am_core_knows_no_http_and_neither_knows_the_shell():
+    mods = modules()
+    am = {m for m in mods if m.startswith("tony_py.am.")}
+    assert {m for m in am if am_part(m) == 0} >= {"tony_py.am.core.state", "tony_py.am.core.coordinator"}
+    wrong = [f"{a} -> {b}" for a, targets in imports(mods).items() if a in am
+             for b in targets if b in am and am_part(b) > am_part(a)]
+    assert wrong == []

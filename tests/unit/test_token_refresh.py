@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tony_py.am import policy
+from tony_py.am.core import policy
 from tony_py.am.tokens import TokenServer
 from tony_py.auth import AuthError
 from tony_py.executor.tokens import TokenRefresher, install

@@ -23,8 +23,8 @@ import shlex
 from dataclasses import dataclass, field
 
 from tony_py import appsecret
-from tony_py.am.gpus import visible_devices_env
-from tony_py.am.tasks import Task
+from tony_py.am.core.gpus import visible_devices_env
+from tony_py.am.core.tasks import Task
 from tony_py.config.spec import FINAL_CONF_FILE, SPEC_FILE, TENSORBOARD_TYPE, JobSpec
 
 # YARN expands these in the container's launch script.

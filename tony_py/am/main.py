@@ -26,16 +26,16 @@ from py4j.protocol import Py4JError, Py4JJavaError
 from tony_py import appsecret
 from tony_py.advice import report as advice_report
 from tony_py.advice.model import Finding
-from tony_py.am.coordinator import Coordinator
-from tony_py.am.recovery import BURST_HEARTBEAT_MS
-from tony_py.am import events as ev
-from tony_py.am import report
+from tony_py.am.core.coordinator import Coordinator
+from tony_py.am.core.recovery import BURST_HEARTBEAT_MS
+from tony_py.am.core import events as ev
+from tony_py.am.core import report
 from tony_py.am import tokens
 from tony_py.am.history import HistoryWriter
 from tony_py.am.launch import JOB_META_FILE, JobMeta
 from tony_py.am.local import LocalProcessPort
 from tony_py.am.runtime import Abandon, AmRuntime, placement_refused
-from tony_py.am.tasks import Task
+from tony_py.am.core.tasks import Task
 from tony_py.am.yarn import BridgePort, StateStore, proxy_addresses, pump
 from tony_py.job.view import TaskView
 from tony_py.auth import AuthError, Signer, call_json

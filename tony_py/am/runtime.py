@@ -19,11 +19,11 @@ from typing import Callable
 
 from tony_py.advice import facts as advice_facts
 from tony_py.advice import report as advice_report
-from tony_py.am import report
-from tony_py.am.coordinator import Coordinator
-from tony_py.am.events import EventLog
+from tony_py.am.core import report
+from tony_py.am.core.coordinator import Coordinator
+from tony_py.am.core.events import EventLog
 from tony_py.am.launch import JobMeta, TaskLauncher
-from tony_py.am.server import AmHttpServer, JobFiles
+from tony_py.am.http.server import AmHttpServer, JobFiles
 from tony_py.job.view import TaskView
 from tony_py.auth import Verifier
 from tony_py.config.spec import JobSpec

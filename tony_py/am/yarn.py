@@ -13,8 +13,8 @@ import threading
 
 from py4j.protocol import Py4JError
 
-from tony_py.am.coordinator import Coordinator
-from tony_py.am.failover import AmSnapshot
+from tony_py.am.core.coordinator import Coordinator
+from tony_py.am.core.failover import AmSnapshot
 from tony_py.config.spec import JobSpec, TaskType
 
 log = logging.getLogger("tony.am")

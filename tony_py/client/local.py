@@ -11,7 +11,7 @@ gives; only what needs a cluster is refused (remote paths, Docker, the cluster's
 Files live in <cache>/local/<job id>/ (resources/, containers/, logs/<container>/): the logs
 stay after the job for reading; job directories older than KEEP_S are removed at the next start.
 GPUs: this machine's devices (CUDA_VISIBLE_DEVICES if set, else nvidia-smi's list) are handed
-out as the AM hands them out on a node (tony_py/am/gpus.py); a task that asked for none sees
+out as the AM hands them out on a node (tony_py/am/core/gpus.py); a task that asked for none sees
 none.
 """
 
@@ -27,7 +27,7 @@ import zipfile
 from pathlib import Path
 
 from tony_py import appsecret, paths
-from tony_py.am import gpus as gpu_book
+from tony_py.am.core import gpus as gpu_book
 from tony_py.am.launch import RUNTIME_LINK, JobMeta
 from tony_py.am.local import LocalProcessPort
 from tony_py.am.runtime import AmRuntime

@@ -133,7 +133,7 @@ class JobSpec(Checked):
     metrics_interval_ms: int = 5000
     gpu_metrics: bool = True
     am_cds: bool = True  # the AM JVM's class-data archive per node (tony_py/am/start_jvm.sh)
-    gpu_assignment: str = "auto"  # auto: name each task's devices (am/gpus.py); none: leave it to the cluster
+    gpu_assignment: str = "auto"  # auto: name each task's devices (am/core/gpus.py); none: leave it to the cluster
     execution_timeout_ms: int = 0
     registry_timeout_s: int = 0
     allocation_timeout_ms: int = 600_000

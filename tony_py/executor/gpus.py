@@ -3,7 +3,7 @@
 Only a NodeManager with the LinuxContainerExecutor assigns devices; its REST API lists them
 (`/ws/v1/node/resources/yarn.io%2Fgpu`: `assignedGpuDevices`, each with the container id, the
 nvidia-smi index and the minor number). Elsewhere the list is empty and the AM's choice
-(tony_py/am/gpus.py) stands.
+(tony_py/am/core/gpus.py) stands.
 """
 
 from __future__ import annotations

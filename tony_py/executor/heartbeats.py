@@ -10,7 +10,7 @@ Every answer renews the lease (lease.py) from when its request was sent; an inst
 (restart, exit: this copy of the task is superseded or the job is over) is kept for the
 supervisor. When the lease runs out, this thread kills the task at once, whatever the supervisor
 is doing (it may be blocked in another call to an AM that no longer answers): no replacement of
-the task can have started yet (tony_py/am/fencing.py), and none starts before this one is dead.
+the task can have started yet (tony_py/am/core/fencing.py), and none starts before this one is dead.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Every valid answer from the AM renews the lease, counted from when the answered 
 *sent* (the AM heard from this executor no earlier than that), on this node's monotonic clock;
 the lease ends `period_s` later (tony.task.executor.lease-sec). The AM, for its part, starts no
 replacement for a task before `period_s` plus a margin has passed since it last heard from the
-task's executor (tony_py/am/fencing.py). So an executor that kills its task when its lease runs
+task's executor (tony_py/am/core/fencing.py). So an executor that kills its task when its lease runs
 out (heartbeats.py) has done so before any replacement can start, whatever cut it off: no two
 copies of a task run at once, and no clock needs to agree with another machine's.
 

@@ -1,8 +1,8 @@
 """A job's records, as the AM keeps them and history and the client read them: the task state
 machine's states, why a task failed, and the container it ran in. Values only, no behaviour
-beyond describing themselves; the AM's live task table is tony_py/am/tasks.py.
+beyond describing themselves; the AM's live task table is tony_py/am/core/tasks.py.
 
-Task states (the AM moves a task through them: tony_py/am/tasks.py):
+Task states (the AM moves a task through them: tony_py/am/core/tasks.py):
 
     PENDING ──allocated──▶ ALLOCATED ──NM started──▶ LAUNCHED ──executor registered──▶ REGISTERED
         ▲                                                                                  │

@@ -1,6 +1,6 @@
 """A read-only view of a job at one moment, and what is said about it: the root cause and YARN's
 diagnostics. The AM's coordinator fills a `JobView` under its lock (Coordinator.view()); the
-status page, status.json (tony_py/am/report.py) and the history's job.json
+status page, status.json (tony_py/am/core/report.py) and the history's job.json
 (tony_py/history/summary.py) are made from it, never from the coordinator itself.
 """
 

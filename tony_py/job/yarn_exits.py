@@ -1,5 +1,5 @@
 """YARN's ContainerExitStatus values that decide how a container's end is read: by the AM's
-restart policy (am/policy.py), the Airflow operator's retry rules and the advice (a task YARN
+restart policy (am/core/policy.py), the Airflow operator's retry rules and the advice (a task YARN
 killed for memory)."""
 
 # The others (e.g. -105, killed by the AM) are read from their context.

@@ -16,7 +16,7 @@ from multihost.faultjob import (LEASE_S, StepperJob, am_address, host_of, node_p
                                 wait_resumed)
 from stepper import late_landings, split_brain, writers  # jobs/ is on the path once faultjob is imported
 from support import Run, executor_pid, wait_for
-from tony_py.am.fencing import MARGIN_S
+from tony_py.am.core.fencing import MARGIN_S
 
 
 def assert_one_clean_recovery(job: StepperJob, run: Run, fault_at: float, hosts: set[str] | None,

@@ -24,7 +24,7 @@ http.client, the client's urllib and requests, browsers behind YARN's proxy):
 - a connection cap that silent sockets cannot fill: unproven connections (no signed request
   yet) have a share of max_connections and a per-address limit, a newcomer displaces the
   oldest silent one, and the rest of the slots are kept by proven connections
-  (tony_py/am/admission.py); a connection that finds no slot gets 503 and is closed.
+  (tony_py/am/http/admission.py); a connection that finds no slot gets 503 and is closed.
 
 Anything else gets a 4xx/5xx answer and the connection is closed. Handlers run on the loop and
 answer at once or return an awaitable; blocking work goes through `in_thread`.
@@ -40,8 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from tony_py.am import admission
-from tony_py.am.httpmsg import (MAX_HEAD, Handler, HttpError, Request, Response, body_length, error_response,
+from tony_py.am.http import admission
+from tony_py.am.http.httpmsg import (MAX_HEAD, Handler, HttpError, Request, Response, body_length, error_response,
                                 parse_head, render)
 
 log = logging.getLogger("tony.am.httpd")
@@ -213,7 +213,7 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    # ---- its slot (tony_py/am/admission.py) ------------------------------------------------------
+    # ---- its slot (tony_py/am/http/admission.py) ------------------------------------------------------
     def displaceable(self, now: float, grace_s: float) -> bool:
         """Unproven, and answered already or silent past its grace: a newcomer may have its slot."""
         return self.closing or (not self.busy and now - self.opened >= grace_s)

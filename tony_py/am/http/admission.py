@@ -1,7 +1,7 @@
-"""Who may hold one of the AM server's connections (tony_py/am/httpd.py).
+"""Who may hold one of the AM server's connections (tony_py/am/http/httpd.py).
 
 Anyone who can reach the AM's port can open sockets to it. A connection is *unproven* until a
-request on it proves who sent it (tony_py/am/server.py: a valid signature), and the answer to a
+request on it proves who sent it (tony_py/am/http/server.py: a valid signature), and the answer to a
 request that did not prove itself closes the connection; so an unproven connection is only ever
 sending its first request or being answered, and only proven ones (the executors' and the
 client's keep-alive channels) stay open between requests. Then:

@@ -7,11 +7,11 @@ job's lock (the coordinator's entry points take it).
 
 from __future__ import annotations
 
-from tony_py.am import events as ev
-from tony_py.am import policy
-from tony_py.am.policy import Action, Decision
-from tony_py.am.recovery import Recovery
-from tony_py.am.state import JobCore
+from tony_py.am.core import events as ev
+from tony_py.am.core import policy
+from tony_py.am.core.policy import Action, Decision
+from tony_py.am.core.recovery import Recovery
+from tony_py.am.core.state import JobCore
 from tony_py.job.records import FailureKind
 
 

@@ -15,12 +15,12 @@ from __future__ import annotations
 from itertools import chain
 
 from tony_py import frameworks
-from tony_py.am import events as ev
-from tony_py.am import policy
-from tony_py.am.policy import Action, Decision
-from tony_py.am.recovery import Recovery
-from tony_py.am.state import JobCore, JobState
-from tony_py.am.tasks import Task
+from tony_py.am.core import events as ev
+from tony_py.am.core import policy
+from tony_py.am.core.policy import Action, Decision
+from tony_py.am.core.recovery import Recovery
+from tony_py.am.core.state import JobCore, JobState
+from tony_py.am.core.tasks import Task
 from tony_py.config.spec import NOTEBOOK_TYPE, TaskId
 from tony_py.frameworks.envplan import EnvPlan, SpecAnswer
 from tony_py.job.records import FailureKind, TaskState

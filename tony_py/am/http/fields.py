@@ -1,5 +1,5 @@
 """The values of an executor's request, checked: every number finite and in range, every text
-bounded, every list and object small (tony_py/am/server.py refuses the request with 400 and
+bounded, every list and object small (tony_py/am/http/server.py refuses the request with 400 and
 changes nothing otherwise)."""
 
 from __future__ import annotations

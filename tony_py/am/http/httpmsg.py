@@ -1,4 +1,4 @@
-"""HTTP/1.1 messages for the AM's server (tony_py/am/httpd.py): a request head parsed, an
+"""HTTP/1.1 messages for the AM's server (tony_py/am/http/httpd.py): a request head parsed, an
 answer rendered. Only what the AM's clients send is accepted; anything else is an HttpError
 with the status to answer it with."""
 
@@ -22,7 +22,7 @@ class Request:
     body: bytes
     peer: str
     # The handler calls this once the request proved who sent it (a valid signature): only then
-    # does its connection stay open after the answer (tony_py/am/admission.py).
+    # does its connection stay open after the answer (tony_py/am/http/admission.py).
     vouch: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
     refused: Exception | None = field(default=None, repr=False, compare=False)  # why it was not verified
 

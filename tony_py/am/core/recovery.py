@@ -7,12 +7,12 @@ Runs under the job's lock (the coordinator's entry points take it).
 
 from __future__ import annotations
 
-from tony_py.am import events as ev
-from tony_py.am import policy
-from tony_py.am.policy import Action, Decision
-from tony_py.am.requests import RequestBook
-from tony_py.am.state import JobCore, JobState
-from tony_py.am.tasks import Task
+from tony_py.am.core import events as ev
+from tony_py.am.core import policy
+from tony_py.am.core.policy import Action, Decision
+from tony_py.am.core.requests import RequestBook
+from tony_py.am.core.state import JobCore, JobState
+from tony_py.am.core.tasks import Task
 from tony_py.job.records import Container, Failure, FailureKind, TaskState
 
 # How a task's end reads once YARN warned it would take the container back (timeouts keep theirs).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tony_py.am.policy import Action
+from tony_py.am.core.policy import Action
 from tony_py.job.records import Container, Failure, TaskState
 from tony_py.config.model import Checked, ModelError
 

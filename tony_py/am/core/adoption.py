@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Callable
 
-from tony_py.am import events as ev
-from tony_py.am.failover import SNAPSHOT_VERSION, AmSnapshot, TaskRecord, Verdict, plan_adoption
-from tony_py.am.policy import Decision
-from tony_py.am.recovery import Recovery
-from tony_py.am.state import JobCore, JobState
-from tony_py.am.tasks import Task
+from tony_py.am.core import events as ev
+from tony_py.am.core.failover import SNAPSHOT_VERSION, AmSnapshot, TaskRecord, Verdict, plan_adoption
+from tony_py.am.core.policy import Decision
+from tony_py.am.core.recovery import Recovery
+from tony_py.am.core.state import JobCore, JobState
+from tony_py.am.core.tasks import Task
 from tony_py.job.records import FailureKind, TaskState
 
 # How long re-adopted executors may stay silent while they learn the new AM's address.

@@ -31,12 +31,12 @@ import threading
 from itertools import chain
 from typing import Callable
 
-from tony_py.am import events as ev
-from tony_py.am.events import EventLog
-from tony_py.am.fencing import Fences
-from tony_py.am.gpus import GpuBook
-from tony_py.am.policy import Decision
-from tony_py.am.tasks import Task
+from tony_py.am.core import events as ev
+from tony_py.am.core.events import EventLog
+from tony_py.am.core.fencing import Fences
+from tony_py.am.core.gpus import GpuBook
+from tony_py.am.core.policy import Decision
+from tony_py.am.core.tasks import Task
 from tony_py.config.spec import JobSpec, TaskId
 from tony_py.job.records import TaskState
 from tony_py.job.view import JobView, TaskView, dashboards

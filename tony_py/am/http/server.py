@@ -13,7 +13,7 @@
   come from YARN's web proxy (which authenticates users on a secure cluster; Hadoop's AmIpFilter
   trusts the same source addresses); anyone else sees task states only (built once a second).
 
-Everything runs on one event loop (tony_py/am/httpd.py: why, and what HTTP it speaks):
+Everything runs on one event loop (tony_py/am/http/httpd.py: why, and what HTTP it speaks):
 executor calls are short and answered on the loop; a spec long-poll waits on the loop, woken
 when the coordinator reports a change that can answer it (no thread per waiting executor); the
 page and status.json are built in a small thread pool so a large job's page never delays a
@@ -35,11 +35,13 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qs
 
-from tony_py.am import dashboard, report
-from tony_py.am.coordinator import Coordinator
-from tony_py.am.fields import (BadRequest, devices_field, error_field, int_field, metrics_field, seconds_field,
+from tony_py.am.http import dashboard
+
+from tony_py.am.core import report
+from tony_py.am.core.coordinator import Coordinator
+from tony_py.am.http.fields import (BadRequest, devices_field, error_field, int_field, metrics_field, seconds_field,
                               text_field)
-from tony_py.am.httpd import HttpServer, Recent, Request, Response
+from tony_py.am.http.httpd import HttpServer, Recent, Request, Response
 from tony_py.auth import REQUEST_HEADER, RESPONSE_HEADER, AuthError, SkewError, Verifier
 from tony_py.frameworks.envplan import SpecAnswer
 

@@ -18,18 +18,18 @@ from __future__ import annotations
 import time
 from typing import Callable, Protocol
 
-from tony_py.am import adoption, policy, report
-from tony_py.am import events as ev
-from tony_py.am.events import EventLog
-from tony_py.am.fencing import UNOBSERVED_EXITS
-from tony_py.am.failover import AmSnapshot
-from tony_py.am.policy import Action, Decision
-from tony_py.am.protocol import ExecutorProtocol
-from tony_py.am.recovery import SLOW_HEARTBEAT_MS, Recovery
-from tony_py.am.requests import RequestBook
-from tony_py.am.state import JobCore, JobState
-from tony_py.am.tasks import Task
-from tony_py.am.watchdog import Watchdog
+from tony_py.am.core import adoption, policy, report
+from tony_py.am.core import events as ev
+from tony_py.am.core.events import EventLog
+from tony_py.am.core.fencing import UNOBSERVED_EXITS
+from tony_py.am.core.failover import AmSnapshot
+from tony_py.am.core.policy import Action, Decision
+from tony_py.am.core.protocol import ExecutorProtocol
+from tony_py.am.core.recovery import SLOW_HEARTBEAT_MS, Recovery
+from tony_py.am.core.requests import RequestBook
+from tony_py.am.core.state import JobCore, JobState
+from tony_py.am.core.tasks import Task
+from tony_py.am.core.watchdog import Watchdog
 from tony_py.config.spec import JobSpec, TaskType
 from tony_py.errors import EXECUTOR_EXITS
 from tony_py.frameworks.envplan import SpecAnswer

@@ -20,7 +20,7 @@ import enum
 import re
 from dataclasses import dataclass
 
-from tony_py.am.tasks import Task
+from tony_py.am.core.tasks import Task
 from tony_py.job.yarn_exits import INFRASTRUCTURE_EXITS, MEMORY_EXITS, PREEMPTED_EXITS
 from tony_py.job.records import Failure, FailureKind, TaskState
 from tony_py.config.spec import DependencyTimeout, JobSpec

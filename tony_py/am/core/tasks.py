@@ -47,7 +47,7 @@ class Task:
     ended: bool = False  # the process's end is known (its executor reported it, or its NodeManager saw it)
     last_progress: float | None = None
     metrics: dict = field(default_factory=dict)
-    gpus: list[str] = field(default_factory=list)  # the devices its container holds (am/gpus.py)
+    gpus: list[str] = field(default_factory=list)  # the devices its container holds (am/core/gpus.py)
     preempt_deadline: float | None = None  # YARN kills its container then (epoch s): the task was warned
     preempted_at: float | None = None  # when the AM learned it
     adopted_at: float | None = None  # re-adopted from an earlier AM attempt, not heard from by this one yet
