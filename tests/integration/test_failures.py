@@ -171,8 +171,11 @@ def test_lost_nodemanager_job_finishes_on_the_other_node(cluster, probe_args, tm
                                             "tony.worker.gpus=1", "tony.worker.memory=10g",
                                             "tony.application.name=filler", params="--forever worker:0"))
     wait_for(lambda: tasks_running(cluster, filler), 120, "the filler to hold nm1")
+    # The dead node's containers run on (as on a real lost node) until YARN calls the node lost,
+    # 10 s after it died (the cluster's yarn.nm.liveness-monitor.expiry-interval-ms): the training
+    # must outlast that by far, on a quiet machine too (CI: 10 epochs of 1 s ended 1 s before it).
     job = Background(cluster, pytorch_args(tmp_path / "ckpt", "tony.am.retry-count=1", "tony.am.gpus=1",
-                                           epochs=10, epoch_sleep=1.0))
+                                           epochs=25, epoch_sleep=1.0))
     status = wait_for(lambda: tasks_running(cluster, job), 120, "both workers to run")
     gpu_node = cluster.gpu_node_id()
     assert len(status["tasks"]) == 2 and all(t["node_id"] != gpu_node for t in status["tasks"])  # both on nm2

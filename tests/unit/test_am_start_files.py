@@ -109,3 +109,44 @@ def test_the_runtime_zip_is_built_once_per_state_of_its_files(tmp_path, monkeypa
     monkeypatch.setattr(staging.paths, "cache_dir", lambda: tmp_path / "not-a-dir")
     assert staging.runtime_zip(tmp_path / "fallback.zip") == tmp_path / "fallback.zip"
     assert (tmp_path / "fallback.zip").stat().st_size > 0
+
+
+def test_a_job_too_large_for_the_nodes_an_rm_counts_is_asked_again_only_with_two_rms(monkeypatch):
+    """A ResourceManager that has just taken over counts only the NodeManagers that registered with
+    it again (CI: a GPU job refused 'the largest node has 0' during a fail-over). With two RMs the
+    client reads the nodes again before refusing; with one, a job too large is refused at once."""
+    import json
+
+    import pytest
+
+    import tony_py.client.submission as submission
+    from tony_py.errors import ConfigError
+
+    cpu = {"id": "nm2:1", "labels": [], "capability": {"memory-mb": 12288, "vcores": 8, "yarn.io/gpu": 0}}
+    gpu = {"id": "nm1:1", "labels": [], "capability": {"memory-mb": 12288, "vcores": 8, "yarn.io/gpu": 2}}
+
+    class Gateway:
+        def __init__(self, ha, views):
+            self.views, self.reads, self.ha = views, 0, ha
+            self.bridge = type("Bridge", (), {"clusterJson": None})()
+
+        def json(self, what, fn, *args):
+            view = self.views[min(self.reads, len(self.views) - 1)]
+            self.reads += 1
+            return json.loads(json.dumps({"resource_types": ["memory-mb", "vcores", "yarn.io/gpu"], "nodes": view,
+                                          "ha": self.ha}))
+
+    slept = []
+    monkeypatch.setattr(submission.time, "sleep", slept.append)
+    prepared = prepare(parse_args(["--executes", "true", "--conf", "tony.worker.instances=1",
+                                   "--conf", "tony.worker.gpus=1"]))
+    two_rms = Gateway(True, [[cpu], [cpu], [cpu, gpu]])
+    Submission(two_rms, prepared)._check_fits()
+    assert two_rms.reads == 3 and len(slept) == 2
+    one_rm = Gateway(False, [[cpu], [cpu, gpu]])
+    with pytest.raises(ConfigError, match="tony.worker.gpus"):
+        Submission(one_rm, prepared)._check_fits()
+    assert one_rm.reads == 1
+    monkeypatch.setattr(submission, "NODES_REGISTER_WAIT_S", 0.0)  # with two RMs too, it ends
+    with pytest.raises(ConfigError, match="tony.worker.gpus"):
+        Submission(Gateway(True, [[cpu]]), prepared)._check_fits()

@@ -75,8 +75,7 @@ def open_gateway(args: SubmitArgs, workdir: Path, launch: JvmLaunch | None = Non
                          keytab=prepared.conf.get("tony.keytab.location") or None), prepared
 
 
-# How long a cluster that reports no RUNNING NodeManager is asked again: a recovered RM (a restart,
-# a fail-over) counts none until they register again, which takes a heartbeat or two.
+# A recovered RM (a restart, a fail-over) counts only the NodeManagers that registered again since.
 NODES_REGISTER_WAIT_S = 20.0
 
 
@@ -135,21 +134,23 @@ class Submission:
         return self.stager.reused if self.stager else []
 
     # ---- checks that need the cluster, still before anything is created on it ----------------------
-    def _running_nodes(self) -> dict:
-        """The cluster's RUNNING nodes. None at all may be an RM that has just restarted or taken
-        over (its NodeManagers register again within seconds): asked again for a while before
-        check_fits calls it an empty cluster."""
+    def _check_fits(self) -> None:
+        """check_fits on the RUNNING nodes; asked again for a while (NODES_REGISTER_WAIT_S) while
+        there are none, or while the job does not fit a cluster with two RMs (a job too large
+        for any of its nodes is refused that much later there)."""
         deadline = time.monotonic() + NODES_REGISTER_WAIT_S
         while True:
             cluster = self.gw.json("read the cluster's nodes", self.gw.bridge.clusterJson)
-            if cluster.get("nodes") or time.monotonic() > deadline:
-                return cluster
+            try:
+                return check_fits(self.job.spec, cluster)
+            except (ConfigError, UsageError):
+                if not (cluster.get("ha") or not cluster.get("nodes")) or time.monotonic() > deadline:
+                    raise
             time.sleep(1.0)
 
     def _check_cluster_inputs(self) -> None:
         spec, args = self.job.spec, self.job.args
-        cluster = self._running_nodes()
-        check_fits(spec, cluster)
+        self._check_fits()
         if not self.gw.call("look up the queue", self.gw.bridge.queueExists, spec.queue):
             raise ConfigError("tony.yarn.queue", f"the scheduler has no queue {spec.queue!r}")
         for flag, path in (("--src_dir", args.src_dir), ("--python_venv", args.python_venv)):

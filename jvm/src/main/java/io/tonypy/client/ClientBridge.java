@@ -122,6 +122,9 @@ public final class ClientBridge {
       nodes.add(node);
     }
     out.put("nodes", nodes);
+    // Two ResourceManagers: one that has just taken over counts only the NodeManagers that have
+    // registered with it again (submission.py reads the nodes again before refusing a job).
+    out.put("ha", org.apache.hadoop.yarn.conf.HAUtil.isHAEnabled(conf));
     return Json.write(out);
   }
 
