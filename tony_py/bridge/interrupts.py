@@ -22,8 +22,8 @@ Only the CLI installs the handlers (`install()`); a library user keeps their own
 A child forked to exec the JVM (Py4J's `preexec_fn=os.setpgrp`) runs Python between fork and
 exec and inherits the handlers: a Ctrl-C landing there must not raise inside the child's
 at-fork hooks (it printed "Exception ignored in: <function _after_fork>"). In any process but
-the one that installed them, the handler gives the signal its default action, as the exec'd
-JVM would.
+the one that installed them the handler does nothing: the child goes on to exec the JVM, and
+the client, which got the same Ctrl-C, stops it as it cleans up.
 """
 
 from __future__ import annotations
@@ -53,9 +53,7 @@ class InterruptGuard:
         self.installed = True
 
     def _handle(self, signum, _frame) -> None:
-        if os.getpid() != self._pid:  # a forked child before its exec
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+        if os.getpid() != self._pid:  # a forked child before its exec: the client handles it
             return
         self.received.append(signum)
         if self.pending is None:
