@@ -6,7 +6,7 @@ whole job on this machine, no cluster). A "container" here is what a NodeManager
 a working directory with a link per localized resource, YARN's launch script (same
 `export NAME="value"` lines, same `{{PWD}}` / `<LOG_DIR>` / `<CPS>` expansion, so a job
 behaves the same on both), a process group that `stop` ends with SIGTERM and then SIGKILL, and
-the same allocated / started / completed events the JVM relays from YARN.
+the same allocated / started / completed events the JVM relays from YARN (cluster_events.py).
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Callable
 
 from tony_py import appsecret
+from tony_py.am.cluster_events import Allocated, Completed, GrantedContainer, Started
 from tony_py.config.spec import TaskType
 
 log = logging.getLogger("tony.am.local")
 
-Emit = Callable[[dict], None]
+Emit = Callable[[dict], None]  # an event's wire form (cluster_events.py), as the JVM's arrive
 Resolve = Callable[[str, dict], Path]  # (link name, resource description) -> a local path
 KILL_GRACE_S = 0.25  # as a NodeManager: SIGTERM, then SIGKILL (yarn.nodemanager.sleep-delay-before-sigkill.ms)
 EXIT_KILLED_BY_AM = -105  # YARN's ContainerExitStatus.KILLED_BY_APPMASTER
@@ -56,10 +57,10 @@ class LocalProcessPort:
             with self._lock:
                 self._seq += 1
                 container_id = f"container_{self.prefix}_{self._seq:06d}"
-            self.emit({"type": "allocated", "container": {
-                "id": container_id, "node_id": f"{self.host}:0", "host": self.host, "node_http": "",
-                "resource": {"memory-mb": r.memory_mb, "vcores": r.vcores, "yarn.io/gpu": r.gpus},
-                "allocation_request_id": request_id, "priority": request_id}})
+            self.emit(Allocated(container=GrantedContainer(
+                id=container_id, node_id=f"{self.host}:0", host=self.host, node_http="",
+                resource={"memory-mb": r.memory_mb, "vcores": r.vcores, "yarn.io/gpu": r.gpus},
+                allocation_request_id=request_id, priority=request_id)).wire())
 
     def cancel_requests(self, request_id: int) -> None:
         pass  # every request is granted at once: nothing is ever outstanding
@@ -82,7 +83,7 @@ class LocalProcessPort:
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with self._lock:
             self._procs[container_id] = proc
-        self.emit({"type": "started", "container_id": container_id})
+        self.emit(Started(container_id=container_id).wire())
         threading.Thread(target=self._wait, args=(container_id, proc), name=f"wait-{container_id}", daemon=True).start()
 
     def stop(self, container_id: str) -> None:
@@ -118,8 +119,8 @@ class LocalProcessPort:
             stopped = container_id in self._stopped
             self._procs.pop(container_id, None)
         status = EXIT_KILLED_BY_AM if stopped and code != 0 else (128 - code if code < 0 else code)
-        self.emit({"type": "completed", "container_id": container_id, "exit_status": status,
-                   "diagnostics": "stopped by the AM" if stopped else ""})
+        self.emit(Completed(container_id=container_id, exit_status=status, state="COMPLETE",
+                            diagnostics="stopped by the AM" if stopped else "").wire())
 
     def shutdown(self, grace_s: float = 5.0) -> None:
         """Stop every container still running (the job is over, or the AM is going away)."""

@@ -2,8 +2,8 @@
 this machine (a single-node job's task, local mode).
 
 It owns the coordinator, the HTTP server (executor API and status page) and the event queue:
-cluster events (allocated, started, completed, …) arrive in the queue from whichever port runs
-the containers, and the loop hands them to the coordinator and ticks its clock until the job
+cluster events (allocated, started, completed, …; their schema is cluster_events.py) arrive in
+the queue, in their wire form, from whichever port runs the containers, and the loop hands them to the coordinator and ticks its clock until the job
 is DONE.
 """
 
@@ -15,10 +15,13 @@ import queue
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from tony_py.advice import facts as advice_facts
 from tony_py.advice import report as advice_report
+from tony_py.am.cluster_events import (Allocated, ClusterEvent, Completed, NodesUpdated, Preemption,
+                                      PreviousContainers, RequestsRejected, RmBack, RmError, ShutdownRequest,
+                                      StartFailed, Started, StopFailed, Stopped, parse_event)
 from tony_py.am.core import report
 from tony_py.am.core.coordinator import Coordinator
 from tony_py.am.core.events import EventLog
@@ -45,38 +48,49 @@ def placement_refused(detail: str) -> str:
             f"it to 'scheduler' or 'placement-processor'. YARN: {detail.splitlines()[0][:300] if detail else ''}")
 
 
-def dispatch(coordinator: Coordinator, event: dict) -> None:
-    kind = event.get("type")
-    if kind == "allocated":
-        coordinator.on_allocated(event["container"])
-    elif kind == "started":
-        coordinator.on_started(event["container_id"])
-    elif kind == "start_failed":
-        coordinator.on_start_failed(event["container_id"], event.get("message", ""))
-    elif kind == "completed":
-        coordinator.on_completed(event["container_id"], int(event["exit_status"]), event.get("diagnostics") or "")
-    elif kind == "rm_back":
-        coordinator.on_rm_back(int(event.get("silent_ms") or 0) / 1000)
-    elif kind == "nodes_updated":
-        coordinator.on_nodes_updated(event.get("nodes") or [])
-    elif kind == "shutdown_request":
-        raise Abandon("the ResourceManager asked this AM attempt to shut down")
-    elif kind == "rm_error":
-        message = str(event.get("message") or "")
-        if "placement constraint" in message.lower() or "SchedulingRequest" in message:
-            coordinator.fail_job(placement_refused(message))  # the RM is there; it refused the request
-        else:
-            raise Abandon(f"lost the ResourceManager: {message}")
-    elif kind == "preemption":
-        coordinator.on_preemption([str(c) for c in event.get("containers") or []], int(event.get("wait_ms") or 0))
-    elif kind == "previous_containers":
-        coordinator.on_previous_containers(event.get("containers") or [])
-    elif kind == "requests_rejected":
-        coordinator.on_requests_rejected(int(event.get("allocation_request_id", -1)), str(event.get("reason")))
-    elif kind in ("stopped", "stop_failed"):
-        log.debug("event %s", event)
+def _rm_error(coordinator: Coordinator, event: RmError) -> None:
+    if "placement constraint" in event.message.lower() or "SchedulingRequest" in event.message:
+        coordinator.fail_job(placement_refused(event.message))  # the RM is there; it refused the request
     else:
-        log.warning("unknown event %s", event)
+        raise Abandon(f"lost the ResourceManager: {event.message}")
+
+
+def _shutdown_request(coordinator: Coordinator, event: ShutdownRequest) -> None:
+    raise Abandon("the ResourceManager asked this AM attempt to shut down")
+
+
+def _noted(coordinator: Coordinator, event: ClusterEvent) -> None:
+    log.debug("event %s", event)
+
+
+# Each kind of cluster event to what the coordinator does with it (test_cluster_events checks
+# that every kind has its handler). The coordinator reads containers and nodes as dicts.
+HANDLERS: dict[type[ClusterEvent], Callable[[Coordinator, Any], None]] = {
+    Allocated: lambda c, e: c.on_allocated(e.container.to_dict()),
+    Started: lambda c, e: c.on_started(e.container_id),
+    StartFailed: lambda c, e: c.on_start_failed(e.container_id, e.message),
+    Completed: lambda c, e: c.on_completed(e.container_id, e.exit_status, e.diagnostics or ""),
+    RmBack: lambda c, e: c.on_rm_back(e.silent_ms / 1000),
+    NodesUpdated: lambda c, e: c.on_nodes_updated([n.to_dict() for n in e.nodes]),
+    ShutdownRequest: _shutdown_request,
+    RmError: _rm_error,
+    Preemption: lambda c, e: c.on_preemption(list(e.containers), e.wait_ms),
+    PreviousContainers: lambda c, e: c.on_previous_containers([x.to_dict() for x in e.containers]),
+    RequestsRejected: lambda c, e: c.on_requests_rejected(e.allocation_request_id, e.reason),
+    Stopped: _noted,
+    StopFailed: _noted,
+}
+
+
+def dispatch(coordinator: Coordinator, data: dict) -> None:
+    """One event from the queue (its wire form), checked, to the coordinator. A malformed one
+    raises EventError (the attempt ends: the JVM and this code disagree); an unknown kind is
+    logged and skipped."""
+    event = parse_event(data)
+    if event is None:
+        log.warning("unknown event %s", data)
+        return
+    HANDLERS[type(event)](coordinator, event)
 
 
 class AmRuntime:

@@ -13,6 +13,7 @@ import threading
 
 from py4j.protocol import Py4JError
 
+from tony_py.am.cluster_events import RmError
 from tony_py.am.core.coordinator import Coordinator
 from tony_py.am.core.failover import AmSnapshot
 from tony_py.config.spec import JobSpec, TaskType
@@ -135,12 +136,13 @@ class StateStore:
 
 
 def pump(bridge, events: queue.Queue, stop: threading.Event) -> None:
-    """RM/NM events from the JVM into the AM's queue (its own thread: the loop never blocks on the JVM)."""
+    """RM/NM events from the JVM into the AM's queue (its own thread: the loop never blocks on the
+    JVM), as decoded from its JSON: the loop checks each against cluster_events.py."""
     while not stop.is_set():
         try:
             for event in json.loads(bridge.poll(POLL_MS)):
                 events.put(event)
         except Py4JError as exc:
             if not stop.is_set():
-                events.put({"type": "rm_error", "message": f"the AM's JVM is gone: {str(exc).splitlines()[0]}"})
+                events.put(RmError(message=f"the AM's JVM is gone: {str(exc).splitlines()[0]}").wire())
             return
