@@ -119,11 +119,6 @@ def write_zip(entries: list[tuple[str, Path]], target: Path) -> Path:
     return target
 
 
-def build_runtime_zip(target: Path) -> Path:
-    """What every job ships for its AM and executors."""
-    return write_zip(package_entries(RUNTIME_PACKAGES), target)
-
-
 RUNTIME_CACHE_KEEP = 4  # the newest runtime zips kept in the local cache
 
 

@@ -28,7 +28,6 @@ EVENTS = "events.jsonl"
 EVENTS_PARQUET = "events.parquet"
 SUMMARY = "job.json"
 CONFIG = FINAL_CONF_FILE
-DEFAULT_RETENTION_S = 30 * 24 * 3600
 
 
 def roots(conf_get, home: str) -> tuple[str, str]:
