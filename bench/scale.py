@@ -53,6 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from tony_py.auth import MAX_ANSWER, RESPONSE_HEADER, Signer, gunzip  # noqa: E402
 from tony_py.config.spec import JobSpec  # noqa: E402
+from tony_py.net import wire  # noqa: E402
 
 HOST = "127.0.0.1"
 # What a real executor's heartbeat carries (tony_py/executor/metrics.py), numbers alike.
@@ -215,15 +216,16 @@ class Executor:
         self.check_content = hash(name) % 20 == 0
         self.beat_times: list[float] = []  # (CLOCK_MONOTONIC: one clock for every process here)
 
-    def _body(self, **extra) -> dict:
-        return {"task": self.name, "attempt": 0, "container": self.container, **extra}
+    def _body(self, request: type[wire.Call], **values) -> dict:
+        """What the real executor sends (tony_py/executor/supervisor.py builds the same)."""
+        return request(task=self.name, attempt=0, container=self.container, **values).to_body()
 
     async def run(self, stop: asyncio.Event) -> None:
-        await self.conn.call(self.signer, "POST", "/v1/register", self._body(port=20000, pid=1))
+        await self.conn.call(self.signer, "POST", wire.Register.PATH, self._body(wire.Register, port=20000))
         self.registered_at = time.monotonic()
-        query = f"task={self.name}&attempt=0&container={self.container}&timeout=30"
+        poll = wire.SpecPoll(task=self.name, attempt=0, container=self.container, timeout=30.0)
         while True:
-            status, data = await self.conn.call(self.signer, "GET", f"/v1/spec?{query}", gzip_ok=True)
+            status, data = await self.conn.call(self.signer, poll.METHOD, poll.target(), gzip_ok=True)
             if status == 200:
                 break
         self.spec_at, self.spec_bytes = time.monotonic(), len(data)
@@ -231,13 +233,14 @@ class Executor:
             spec = json.loads(gunzip(data, MAX_ANSWER) if data[:2] == b"\x1f\x8b" else data)
             if spec["env"].get("TONY_RESTART_ATTEMPT") != "0" or "shared" not in spec:
                 raise ValueError(f"{self.name}: a spec without its env or shared values")
-        await self.conn.call(self.signer, "POST", "/v1/started", self._body(pid=2))
+        await self.conn.call(self.signer, "POST", wire.Started.PATH, self._body(wire.Started, pid=2))
         await asyncio.sleep(self.heartbeat_s * (hash(self.name) % 1000) / 1000)  # spread, as real starts are
         while not stop.is_set() and not self.silenced:
             try:
                 # metrics ride along once per tony.task.metrics-interval-ms, as the executor sends them
                 extra = {"metrics": METRICS} if self.metrics_every and self.beats % self.metrics_every == 0 else {}
-                await self.conn.call(self.signer, "POST", "/v1/heartbeat", self._body(**extra), timeout=10)
+                await self.conn.call(self.signer, "POST", wire.Heartbeat.PATH, self._body(wire.Heartbeat, **extra),
+                                     timeout=10)
                 self.last_beat = time.monotonic()
                 self.beats += 1
                 self.beat_times.append(self.last_beat)

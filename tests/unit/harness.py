@@ -7,6 +7,7 @@ from tony_py.am.core.coordinator import Coordinator
 from tony_py.frameworks.envplan import expand
 from tony_py.config.layers import load_conf
 from tony_py.config.build import build_job_spec
+from tony_py.net import wire
 
 
 def wait_until(predicate, timeout: float = 30.0) -> bool:
@@ -105,10 +106,10 @@ class Harness:
             self.containers[name] = task.container.id
             self.c.on_started(task.container.id)
         for i, name in enumerate(self.c.tasks):
-            assert self.c.register(name, 0, self.containers[name], 2000 + i, None) == {"ok": True, "attempt": 0}
+            assert self.register(name, 0, self.containers[name], 2000 + i, None) == {"ok": True, "attempt": 0}
         for name in self.c.tasks:
-            assert "env" in self.c.wait_spec(name, 0, self.containers[name], 0)
-            self.c.task_started(name, 0, self.containers[name], 100)
+            assert "env" in self.wait_spec(name, 0, self.containers[name], 0)
+            self.task_started(name, 0, self.containers[name], 100)
         return self.containers
 
     def next_attempt(self, live=None) -> "Harness":
@@ -127,8 +128,36 @@ class Harness:
         fresh.containers = dict(self.containers)
         return fresh
 
+    # ---- the executor API's calls, as the AM's server makes them (typed: tony_py/net/wire.py) ----
+    def register(self, name, attempt, container, port, tb_port=None, control_port=None, gpus=None):
+        return self.c.register(wire.Register(task=name, attempt=attempt, container=container, port=port,
+                                             tb_port=tb_port, control_port=control_port, gpus=gpus))
+
+    def try_spec(self, name, attempt, container):
+        return self.c.try_spec(wire.SpecPoll(task=name, attempt=attempt, container=container))
+
+    def wait_spec(self, name, attempt, container, timeout):
+        return self.c.wait_spec(wire.SpecPoll(task=name, attempt=attempt, container=container, timeout=timeout))
+
+    def task_started(self, name, attempt, container, pid):
+        return self.c.task_started(wire.Started(task=name, attempt=attempt, container=container, pid=pid))
+
+    def callback(self, name, attempt, container, info):
+        return self.c.callback(wire.Callback(task=name, attempt=attempt, container=container, info=info))
+
+    def register_tensorboard(self, name, attempt, container, url):
+        return self.c.register_tensorboard(wire.Tensorboard(task=name, attempt=attempt, container=container, url=url))
+
+    def heartbeat(self, name, attempt, container, metrics=None, progress_age_s=None):
+        return self.c.heartbeat(wire.Heartbeat(task=name, attempt=attempt, container=container, metrics=metrics,
+                                               progress_age_s=progress_age_s))
+
+    def report_result(self, name, attempt, container, exit_code, signal, stderr_tail="", **details):
+        return self.c.report_result(wire.Result(task=name, attempt=attempt, container=container, exit_code=exit_code,
+                                                signal=signal, stderr_tail=stderr_tail, **details))
+
     def result(self, name, code=0, signal=None, attempt=0, stderr=""):
-        return self.c.report_result(name, attempt, self.containers[name], code, signal, stderr)
+        return self.report_result(name, attempt, self.containers[name], code, signal, stderr)
 
     def complete(self, name, status=0):
         self.c.on_completed(self.containers[name], status, "")

@@ -21,7 +21,7 @@ def test_happy_path_two_workers(tmp_path):
     assert h.cluster.requests == [("worker", 2)]
     h.bring_up()
     assert h.c.state == JobState.RUNNING
-    spec = h.c.wait_spec("worker:1", 0, h.containers["worker:1"], 0)
+    spec = h.wait_spec("worker:1", 0, h.containers["worker:1"], 0)
     assert served_cluster(spec) == {"worker": ["host1:2000", "host2:2001"]}
     assert spec["env"]["TF_CONFIG"]
     assert h.result("worker:1") == {"action": "exit"}
@@ -57,11 +57,11 @@ def test_an_ask_nobody_meets_bursts_for_at_most_burst_s(tmp_path):
 def test_gang_waits_for_every_task(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=2")
     c1 = h.allocate("worker")
-    h.c.register("worker:0", 0, c1, 2000, None)
-    assert h.c.wait_spec("worker:0", 0, c1, 0) is None  # worker:1 not registered yet
+    h.register("worker:0", 0, c1, 2000, None)
+    assert h.wait_spec("worker:0", 0, c1, 0) is None  # worker:1 not registered yet
     c2 = h.allocate("worker")
-    h.c.register("worker:1", 0, c2, 2001, None)
-    assert served_cluster(h.c.wait_spec("worker:0", 0, c1, 0))["worker"] == ["host1:2000", "host2:2001"]
+    h.register("worker:1", 0, c2, 2001, None)
+    assert served_cluster(h.wait_spec("worker:0", 0, c1, 0))["worker"] == ["host1:2000", "host2:2001"]
 
 
 def test_surplus_container_is_released(tmp_path):
@@ -136,7 +136,7 @@ def test_all_tracked_failed_is_failure(tmp_path):
     h.result("worker:2", code=2)
     assert h.c.decision is None
     from tony_py.am.core import policy
-    h.c.tasks["worker:0"].state = TaskState.FAILED  # the policy's own view: every tracked task failed
+    h.c.tasks["worker:0"].enter(TaskState.FAILED, "for the test")  # the policy's own view: every tracked task failed
     h.c.tasks["worker:0"].failure = h.c.tasks["worker:1"].failure
     decision = policy.completion(h.spec, h.c.tasks)
     assert decision.action == policy.Action.FAIL and "every tracked task failed" in decision.message
@@ -178,22 +178,22 @@ def test_signal_restarts_the_gang_in_place(tmp_path):
     assert answer == {"action": "restart", "attempt": 1}
     assert h.c.attempt == 1 and h.c.decision is None
     # the healthy worker learns on its next heartbeat; no new container is requested
-    assert h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {}) == {"action": "restart", "attempt": 1}
+    assert h.heartbeat("worker:0", 0, h.containers["worker:0"], {}) == {"action": "restart", "attempt": 1}
     assert h.cluster.requests == [("worker", 2)]
     for i, name in enumerate(["worker:0", "worker:1"]):
-        assert h.c.register(name, 1, h.containers[name], 3000 + i, None)["ok"]
-    env = h.c.wait_spec("worker:0", 1, h.containers["worker:0"], 0)["env"]
+        assert h.register(name, 1, h.containers[name], 3000 + i, None)["ok"]
+    env = h.wait_spec("worker:0", 1, h.containers["worker:0"], 0)["env"]
     assert env["TONY_RESTART_ATTEMPT"] == "1" and env["NUM_AM_RETRIES"] == "1"
     # a message from the old attempt changes nothing
-    assert h.c.report_result("worker:0", 0, h.containers["worker:0"], 1, None)["action"] == "restart"
+    assert h.report_result("worker:0", 0, h.containers["worker:0"], 1, None)["action"] == "restart"
     assert h.c.decision is None
     # restarts used up: TonY's rule tolerates a failed non-chief worker ...
-    h.c.task_started("worker:1", 1, h.containers["worker:1"], 1)
-    assert h.c.report_result("worker:1", 1, h.containers["worker:1"], None, "SIGKILL") == {"action": "exit"}
+    h.task_started("worker:1", 1, h.containers["worker:1"], 1)
+    assert h.report_result("worker:1", 1, h.containers["worker:1"], None, "SIGKILL") == {"action": "exit"}
     assert h.c.decision is None
     # ... but the chief failing once more than allowed fails the job with the root cause
-    h.c.task_started("worker:0", 1, h.containers["worker:0"], 1)
-    h.c.report_result("worker:0", 1, h.containers["worker:0"], None, "SIGKILL")
+    h.task_started("worker:0", 1, h.containers["worker:0"], 1)
+    h.report_result("worker:0", 1, h.containers["worker:0"], None, "SIGKILL")
     assert h.c.final_status == "FAILED"
     # the root cause is the first failure of the final attempt, not the last straw
     assert "Root cause: worker:1 (attempt 1" in h.c.diagnostics() and "SIGKILL" in h.c.diagnostics()
@@ -264,14 +264,14 @@ def test_progress_timeout_kills_a_hung_task(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=2", "tony.task.progress-timeout-ms=5000")
     h.bring_up()
     h.clock.now += 4
-    h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {}, progress_age_s=0.5)
-    h.c.heartbeat("worker:1", 0, h.containers["worker:1"], {}, progress_age_s=None)
+    h.heartbeat("worker:0", 0, h.containers["worker:0"], {}, progress_age_s=0.5)
+    h.heartbeat("worker:1", 0, h.containers["worker:1"], {}, progress_age_s=None)
     h.clock.now += 2
     h.c.tick()
     assert h.c.tasks["worker:1"].state == TaskState.FAILED  # hung since it started
     assert h.c.decision is None  # a non-chief worker: TonY's tolerance
     assert h.containers["worker:1"] in h.cluster.stopped
-    assert h.c.heartbeat("worker:1", 0, h.containers["worker:1"], {})["action"] == "exit"
+    assert h.heartbeat("worker:1", 0, h.containers["worker:1"], {})["action"] == "exit"
     h.clock.now += 4
     h.c.tick()
     assert h.c.final_status == "FAILED" and "made no progress" in h.c.diagnostics()  # now the chief
@@ -313,7 +313,7 @@ def test_a_node_whose_executor_went_silent_gets_no_replacement_for_a_while(tmp_p
     h.bring_up()
     silent = h.c.tasks["worker:1"].container.node_id
     h.clock.now += 3
-    h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {})
+    h.heartbeat("worker:0", 0, h.containers["worker:0"], {})
     h.clock.now += 3  # worker:1 silent for 6 s: past the 5 s expiry
     h.c.tick()
     assert h.c.restarts_used == 1 and h.cluster.blacklisted == [silent]
@@ -321,7 +321,7 @@ def test_a_node_whose_executor_went_silent_gets_no_replacement_for_a_while(tmp_p
     h.allocate("worker")  # other nodes took the gang's new containers
     h.allocate("worker")
     h.clock.now += recovery.AVOID_NODE_S - 2
-    h.c.heartbeat("worker:0", 1, h.containers["worker:0"], {})
+    h.heartbeat("worker:0", 1, h.containers["worker:0"], {})
     h.c.tick()
     assert h.cluster.blacklisted == [silent]
     h.clock.now += 1
@@ -336,7 +336,7 @@ def test_a_held_back_node_is_given_back_when_no_other_node_grants_the_replacemen
     h.bring_up()
     silent = h.c.tasks["worker:1"].container.node_id
     h.clock.now += 3
-    h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {})
+    h.heartbeat("worker:0", 0, h.containers["worker:0"], {})
     h.clock.now += 3
     h.c.tick()  # the gang restart asks for two containers
     assert h.c.restarts_used == 1 and h.cluster.blacklisted == [silent]
@@ -362,12 +362,12 @@ def test_a_node_whose_host_is_the_only_one_the_job_knows_is_never_held_back(tmp_
     for name, task in h.c.tasks.items():
         h.containers[name] = task.container.id
         h.c.on_started(task.container.id)
-        h.c.register(name, 0, task.container.id, 2000, None)
+        h.register(name, 0, task.container.id, 2000, None)
     for name in h.c.tasks:
-        h.c.wait_spec(name, 0, h.containers[name], 0)
-        h.c.task_started(name, 0, h.containers[name], 100)
+        h.wait_spec(name, 0, h.containers[name], 0)
+        h.task_started(name, 0, h.containers[name], 100)
     h.clock.now += 3
-    h.c.heartbeat("worker:0", 0, h.containers["worker:0"], {})
+    h.heartbeat("worker:0", 0, h.containers["worker:0"], {})
     h.clock.now += 3
     h.c.tick()  # worker:1 went silent: a gang restart
     assert h.c.restarts_used == 1 and h.cluster.blacklisted == []
@@ -410,7 +410,7 @@ def test_new_am_attempt_readopts_running_tasks(tmp_path):
     assert fresh.cluster.requests == []  # nothing to re-request
     assert fresh.c.state == JobState.RUNNING and fresh.c.attempt == 0
     # the running executors carry on against the new AM
-    assert fresh.c.heartbeat("worker:1", 0, h.containers["worker:1"], {}) == {"action": "continue"}
+    assert fresh.heartbeat("worker:1", 0, h.containers["worker:1"], {}) == {"action": "continue"}
     fresh.containers = h.containers
     fresh.result("worker:0")
     fresh.result("worker:1")
@@ -448,9 +448,9 @@ def test_waiting_for_the_spec_counts_as_alive(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=2")
     c1, c2 = h.allocate("worker"), h.allocate("worker")
     h.c.on_started(c1)
-    h.c.register("worker:0", 0, c1, 2000, None)
+    h.register("worker:0", 0, c1, 2000, None)
     answers = []
-    parked = threading.Thread(target=lambda: answers.append(h.c.wait_spec("worker:0", 0, c1, 30)))
+    parked = threading.Thread(target=lambda: answers.append(h.wait_spec("worker:0", 0, c1, 30)))
     parked.start()  # its executor long-polls for the spec: a real wait, not a flag set by hand
     deadline = time.monotonic() + 5
     while h.c.tasks["worker:0"].polling == 0 and time.monotonic() < deadline:
@@ -460,7 +460,7 @@ def test_waiting_for_the_spec_counts_as_alive(tmp_path):
     h.c.tick()
     assert h.c.tasks["worker:0"].state == TaskState.REGISTERED
     h.c.on_started(c2)
-    h.c.register("worker:1", 0, c2, 2001, None)  # the gang is complete: the parked call returns
+    h.register("worker:1", 0, c2, 2001, None)  # the gang is complete: the parked call returns
     parked.join(timeout=5)
     assert answers and served_cluster(answers[0]) == {"worker": ["host1:2000", "host2:2001"]}
 
@@ -472,7 +472,7 @@ def test_kept_tasks_get_a_fresh_registration_clock_after_a_restart(tmp_path):
     h.bring_up()
     h.clock.now += 3600  # a long job
     for name in h.containers:
-        h.c.heartbeat(name, 0, h.containers[name], {})
+        h.heartbeat(name, 0, h.containers[name], {})
     h.result("worker:1", code=None, signal="SIGKILL")
     h.c.tick()
     assert h.c.restarts_used == 1 and h.c.decision is None
@@ -483,7 +483,7 @@ def test_gang_task_failing_before_registration_fails_the_job(tmp_path):
     c0 = h.allocate("worker")
     c1 = h.allocate("worker")
     h.c.on_started(c0)
-    h.c.register("worker:0", 0, c0, 2000, None)
+    h.register("worker:0", 0, c0, 2000, None)
     h.c.on_start_failed(c1, "no such file")  # worker:1 never comes
     assert h.c.final_status == "FAILED"
     assert "before every task had registered" in h.c.diagnostics()
@@ -505,7 +505,7 @@ def test_a_readopted_task_that_never_reaches_the_new_attempt_went_with_the_old_o
     end = fresh.clock.now + ADOPTION_GRACE_S + 10
     while fresh.clock.now < end and fresh.c.attempt == 0:  # worker:0 found the new AM, worker:1 never does
         fresh.clock.now += 0.5
-        fresh.c.heartbeat("worker:0", 0, h.containers["worker:0"], {})
+        fresh.heartbeat("worker:0", 0, h.containers["worker:0"], {})
         fresh.c.tick()
     assert (fresh.c.restarts_used, fresh.c.infra_restarts_used) == (0, 1) and fresh.c.decision is None
     [failure] = fresh.c.failures
@@ -526,13 +526,13 @@ def test_a_readopted_executor_that_fenced_while_no_am_answered_went_with_the_old
         return fresh
 
     fresh = fresh_after_failover()
-    fresh.c.report_result("worker:1", 0, fresh.containers["worker:1"], None, "SIGKILL", fenced=True)
+    fresh.report_result("worker:1", 0, fresh.containers["worker:1"], None, "SIGKILL", fenced=True)
     assert (fresh.c.restarts_used, fresh.c.infra_restarts_used) == (0, 1)
     assert fresh.c.failures[-1].lost_with_am and "while no AM attempt answered it" in fresh.c.failures[-1].message
 
     fresh = fresh_after_failover()
-    fresh.c.heartbeat("worker:1", 0, fresh.containers["worker:1"], {})  # it reached the new attempt
-    fresh.c.report_result("worker:1", 0, fresh.containers["worker:1"], None, "SIGKILL", fenced=True)
+    fresh.heartbeat("worker:1", 0, fresh.containers["worker:1"], {})  # it reached the new attempt
+    fresh.report_result("worker:1", 0, fresh.containers["worker:1"], None, "SIGKILL", fenced=True)
     assert (fresh.c.restarts_used, fresh.c.infra_restarts_used) == (1, 0) and not fresh.c.failures[-1].lost_with_am
 
 
@@ -564,9 +564,9 @@ def test_executor_ahead_of_the_snapshot_resynchronizes(tmp_path):
     fresh = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1", start=False)
     fresh.c.adopt(snap, [{"id": c} for c in h.containers.values()])
     fresh.c.start()
-    answer = fresh.c.register("worker:0", 1, h.containers["worker:0"], 3000, None)
+    answer = fresh.register("worker:0", 1, h.containers["worker:0"], 3000, None)
     assert answer.get("ok") and fresh.c.attempt == 1 and fresh.c.restarts_used == 0
-    assert fresh.c.heartbeat("worker:1", 0, h.containers["worker:1"], {}) == {"action": "restart", "attempt": 1}
+    assert fresh.heartbeat("worker:1", 0, h.containers["worker:1"], {}) == {"action": "restart", "attempt": 1}
 
 
 # ---- the job state machine ---------------------------------------------------------------------
@@ -576,9 +576,9 @@ def test_restarting_is_observable_until_the_new_gang_is_complete(tmp_path):
     h.result("worker:1", code=None, signal="SIGKILL")
     assert h.c.state == JobState.RESTARTING
     assert h.c.status()["state"] == "RESTARTING"
-    h.c.register("worker:0", 1, h.containers["worker:0"], 3000, None)
+    h.register("worker:0", 1, h.containers["worker:0"], 3000, None)
     assert h.c.state == JobState.RESTARTING  # one of two back
-    h.c.register("worker:1", 1, h.containers["worker:1"], 3001, None)
+    h.register("worker:1", 1, h.containers["worker:1"], 3001, None)
     assert h.c.state == JobState.RUNNING
     states = [e["state"] for e in h.c.events.recent if e["kind"] == "STATE"]
     assert states == ["ALLOCATING", "RUNNING", "RESTARTING", "RUNNING"]
@@ -593,7 +593,7 @@ def test_every_job_state_is_reachable_and_transitions_are_checked(tmp_path):
     seen.add(h.c.state.value)
     h.bring_up()
     h.result("worker:0", code=None, signal="SIGKILL")
-    h.c.register("worker:0", 1, h.containers["worker:0"], 3000, None)
+    h.register("worker:0", 1, h.containers["worker:0"], 3000, None)
     h.result("worker:0", attempt=1)
     h.complete("worker:0")
     assert seen == {s.value for s in JobState} == {s.value for s in TRANSITIONS}
@@ -605,8 +605,8 @@ def test_fcfs_serves_each_task_its_spec_at_once(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=2", "tony.application.distributed-mode=FCFS")
     c1 = h.allocate("worker")
     h.c.on_started(c1)
-    h.c.register("worker:0", 0, c1, 2000, None)
-    spec = h.c.wait_spec("worker:0", 0, c1, 0)  # worker:1 has no container yet
+    h.register("worker:0", 0, c1, 2000, None)
+    spec = h.wait_spec("worker:0", 0, c1, 0)  # worker:1 has no container yet
     assert spec is not None and "TF_CONFIG" not in spec["env"] and "CLUSTER_SPEC" not in spec["env"]
     assert h.c.state == JobState.RUNNING
 
@@ -652,12 +652,14 @@ def test_policy_timeouts_and_blacklist_are_pure_functions(tmp_path):
     spec = h.spec
     assert policy.app_timeout(spec, 0, 5.0) is None and "tony.application.timeout" in policy.app_timeout(spec, 0, 5.1)
     assert not policy.blacklist_node(spec, 1) and policy.blacklist_node(spec, 2)
+    from tony_py.am.core.tasks import Copy
     task = h.c.tasks["worker:0"]
-    task.state, task.started_at, task.last_heartbeat = TaskState.RUNNING, 0.0, 10.0
+    task.restore(0, TaskState.RUNNING, Copy.STARTED, False, "the policy's input")
+    task.started_at, task.last_heartbeat = 0.0, 10.0
     assert policy.task_timeout(spec, task, 10.0)[0] == FailureKind.TIMEOUT  # no progress for 10 s
     task.last_progress = 9.5
     assert policy.task_timeout(spec, task, 10.0) is None
-    task.container, task.container_started, task.last_contact = object(), True, 9.5
+    task.container, task.last_contact = object(), 9.5
     assert policy.keep_on_restart(spec, task, 10.0)
     assert not policy.keep_on_restart(spec, task, 12.0)  # silent for two heartbeat intervals: likely hit too
     task.failure = Failure("worker:0", 0, FailureKind.LOST, "gone")
@@ -706,13 +708,13 @@ def test_a_preemption_warns_the_task_and_restarts_without_spending_a_user_retry(
     h.c.on_preemption([h.containers["worker:1"]], 5000)  # the message repeats on every allocate response
     warnings = [e for e in h.c.events.recent if e["kind"] == "PREEMPTION"]
     assert len(warnings) == 1 and warnings[0]["deadline"] == h.clock.now + 5 and warnings[0]["task"] == "worker:1"
-    beat = h.c.heartbeat("worker:1", 0, h.containers["worker:1"], None)
+    beat = h.heartbeat("worker:1", 0, h.containers["worker:1"], None)
     assert beat == {"action": "continue", "preempt": {"deadline": h.clock.now + 5, "left_s": 5.0}}
-    assert h.c.heartbeat("worker:0", 0, h.containers["worker:0"], None) == {"action": "continue"}
+    assert h.heartbeat("worker:0", 0, h.containers["worker:0"], None) == {"action": "continue"}
     h.clock.now += 1.5
     # the task checkpointed on SIGTERM and exited 0 (its executor says it sent the SIGTERM): that
     # is not success, it is the preemption
-    answer = h.c.report_result("worker:1", 0, h.containers["worker:1"], 0, None, preempted=True)
+    answer = h.report_result("worker:1", 0, h.containers["worker:1"], 0, None, preempted=True)
     assert answer["action"] == "exit"
     failure = h.c.failures[-1]
     assert failure.kind.value == "preempted" and "5 s warning" in failure.message
@@ -737,9 +739,9 @@ def test_an_unwarned_preemption_reads_as_one_and_the_budget_ends_it(tmp_path):
     cid = h.allocate("worker")
     h.containers["worker:0"] = cid
     h.c.on_started(cid)
-    h.c.register("worker:0", 1, cid, 2100, None)
-    h.c.wait_spec("worker:0", 1, cid, 0)
-    h.c.task_started("worker:0", 1, cid, 101)
+    h.register("worker:0", 1, cid, 2100, None)
+    h.wait_spec("worker:0", 1, cid, 0)
+    h.task_started("worker:0", 1, cid, 101)
     h.complete("worker:0", -102)
     assert h.c.decision is not None and h.c.final_status == "FAILED"
     assert ("YARN preempted the job's containers 2 time(s) in queue default" in h.c.decision.message
@@ -755,7 +757,7 @@ def test_a_task_yarn_cannot_replace_is_parked_and_the_rest_go_on_renumbered_then
     h.complete("worker:1", -100)  # its node is lost: an infrastructure restart; the others stay in place
     assert h.c.attempt == 1 and h.c.infra_restarts_used == 1
     for name in ("worker:0", "worker:2"):
-        assert h.c.register(name, 1, h.containers[name], 3000, None)["ok"]
+        assert h.register(name, 1, h.containers[name], 3000, None)["ok"]
         h.c.polling(name, +1)  # parked in the spec long-poll: alive
     h.clock.now += 6  # YARN grants nothing for worker:0 within the allocation timeout
     h.c.tick()
@@ -764,17 +766,17 @@ def test_a_task_yarn_cannot_replace_is_parked_and_the_rest_go_on_renumbered_then
     assert len(resize) == 1 and "worker 3 -> 2 (min 2)" in resize[0]["message"]
     # worker:1's copy on the lost node may still run (as rank 1): the smaller gang, where
     # worker:2 becomes rank 1, waits for that copy's lease to run out (fencing)
-    assert h.c.wait_spec("worker:2", 1, h.containers["worker:2"], 0) is None
+    assert h.wait_spec("worker:2", 1, h.containers["worker:2"], 0) is None
     h.clock.now += h.spec.lease_s + 2
     h.c.tick()
-    envs = {name: served_env(h.c.wait_spec(name, 1, h.containers[name], 0)) for name in ("worker:0", "worker:2")}
+    envs = {name: served_env(h.wait_spec(name, 1, h.containers[name], 0)) for name in ("worker:0", "worker:2")}
     assert [(envs[n]["RANK"], envs[n]["WORLD_SIZE"], envs[n].get("TASK_INDEX")) for n in ("worker:0", "worker:2")] == [
         ("0", "2", None), ("1", "2", "1")]
     assert envs["worker:2"]["TASK_NUM"] == "2"
     assert h.c.state.value == "RUNNING" and h.c.status()["tasks"][1]["state"] == "PARKED"
     # the smaller gang finishing is the job succeeding
     for name, pid in (("worker:0", 101), ("worker:2", 102)):
-        h.c.task_started(name, 1, h.containers[name], pid)
+        h.task_started(name, 1, h.containers[name], pid)
         h.result(name, 0, attempt=1)
     assert h.c.final_status == "SUCCEEDED"
 
@@ -784,15 +786,15 @@ def test_the_gang_grows_back_at_the_next_restart(tmp_path):
                 "tony.container.allocation.timeout=5000", "tony.application.framework=pytorch")
     h.bring_up()
     h.complete("worker:1", -100)
-    assert h.c.register("worker:0", 1, h.containers["worker:0"], 3000, None)["ok"]
+    assert h.register("worker:0", 1, h.containers["worker:0"], 3000, None)["ok"]
     h.c.polling("worker:0", +1)
     h.clock.now += 6
     h.c.tick()
     assert h.c.tasks["worker:1"].state == TaskState.PARKED
     h.clock.now += h.spec.lease_s + 2  # worker:1's copy on the lost node is fenced until its lease ran out
     h.c.tick()
-    assert served_env(h.c.wait_spec("worker:0", 1, h.containers["worker:0"], 0))["WORLD_SIZE"] == "1"
-    h.c.task_started("worker:0", 1, h.containers["worker:0"], 101)
+    assert served_env(h.wait_spec("worker:0", 1, h.containers["worker:0"], 0))["WORLD_SIZE"] == "1"
+    h.task_started("worker:0", 1, h.containers["worker:0"], 101)
     h.result("worker:0", None, "SIGKILL", attempt=1)  # a user retry: the restart asks for worker:1 again
     assert h.c.attempt == 2 and h.c.tasks["worker:1"].state == TaskState.PENDING
     assert h.cluster.requests[-1] == ("worker", 1)
@@ -848,7 +850,7 @@ def test_the_chief_is_never_parked(tmp_path):
                 "tony.container.allocation.timeout=5000")
     h.bring_up()
     h.complete("worker:0", -100)
-    h.c.register("worker:1", 1, h.containers["worker:1"], 3000, None)
+    h.register("worker:1", 1, h.containers["worker:1"], 3000, None)
     h.c.polling("worker:1", +1)
     h.clock.now += 6
     h.c.tick()
@@ -862,7 +864,7 @@ def test_a_grant_goes_to_the_lowest_pending_task_though_the_search_starts_where_
     h = Harness(tmp_path, "tony.worker.instances=5")
     cids = [h.allocate("worker") for _ in range(3)]
     first = h.c.tasks["worker:0"]
-    first.reset_for_attempt(first.attempt, keep_container=False)
+    first.start_over(first.attempt, keep_container=False, why="replaced")
     assert first.state == TaskState.PENDING and first.container is None
     assert h.c.next_to_grant("worker") is first
     assert h.c.task_for_container(cids[1]) is h.c.tasks["worker:1"]

@@ -39,7 +39,7 @@ def advance(h: Harness, seconds: float, attempt: int | None = None, step: float 
 def beat_all(h: Harness, attempt: int = 0, but: str | None = None) -> None:
     for name, task in h.c.tasks.items():
         if name != but and task.container is not None:
-            h.c.heartbeat(name, attempt, task.container.id, {})
+            h.heartbeat(name, attempt, task.container.id, {})
 
 
 # ---- the book --------------------------------------------------------------------------------------
@@ -71,7 +71,7 @@ def rejoin(h: Harness, name: str) -> str:
     new = h.allocate("worker")
     h.c.on_started(new)
     for i, (task_name, task) in enumerate(h.c.tasks.items()):
-        assert h.c.register(task_name, 1, task.container.id, 3000 + i, None)["ok"]
+        assert h.register(task_name, 1, task.container.id, 3000 + i, None)["ok"]
     return new
 
 
@@ -83,14 +83,14 @@ def test_a_lost_copys_replacement_gets_its_spec_only_after_the_lease_ran_out(tmp
     lose(h, "worker:1")
     assert h.cluster.stopped == [old] and h.c.state == JobState.RESTARTING
     new = rejoin(h, "worker:1")
-    assert h.c.wait_spec("worker:1", 1, new, 0) is None  # the gang is complete, but fenced
+    assert h.wait_spec("worker:1", 1, new, 0) is None  # the gang is complete, but fenced
     assert any("may still run" in e["message"] for e in h.c.events.recent)
     while h.clock.now < lost_at + LEASE + MARGIN_S - 0.5:
         advance(h, 0.5, attempt=1)
         assert h.c.state == JobState.RESTARTING, h.clock.now - lost_at
     advance(h, 1.0, attempt=1)
     assert h.c.state == JobState.RUNNING and h.c.restarts_used == 1
-    assert "env" in h.c.wait_spec("worker:1", 1, new, 0)
+    assert "env" in h.wait_spec("worker:1", 1, new, 0)
 
 
 def test_the_nodemanager_seeing_the_old_copy_end_lifts_its_fence_at_once(tmp_path):
@@ -112,7 +112,7 @@ def test_a_healed_copy_is_told_it_is_superseded_and_its_fence_runs_on(tmp_path):
     lose(h, "worker:1")
     rejoin(h, "worker:1")
     advance(h, 4.0, attempt=1)
-    answer = h.c.heartbeat("worker:1", 0, old, {})  # the partition healed before the fence ran out
+    answer = h.heartbeat("worker:1", 0, old, {})  # the partition healed before the fence ran out
     assert answer["action"] == "exit" and "superseded" in answer["reason"]
     advance(h, LEASE + MARGIN_S - 0.5, attempt=1)
     assert h.c.state == JobState.RESTARTING  # it may run until its lease, counted from that answer
@@ -128,7 +128,7 @@ def test_a_kept_copy_that_goes_silent_is_replaced_without_another_restart(tmp_pa
     for _ in range(14):  # worker:2 never comes back for the restart (its node went away meanwhile)
         h.clock.now += 0.5
         for name in ("worker:0", "worker:1"):
-            h.c.heartbeat(name, 1, h.containers[name], {})
+            h.heartbeat(name, 1, h.containers[name], {})
         h.c.tick()
     task = h.c.tasks["worker:2"]
     assert task.state == TaskState.PENDING and h.containers["worker:2"] in h.cluster.stopped
@@ -148,7 +148,7 @@ def test_a_restart_keeps_only_executors_heard_from_lately(tmp_path):
 def test_a_fenced_result_is_a_lost_executor(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=2", "tony.am.retry-count=1")
     h.bring_up()
-    h.c.report_result("worker:1", 0, h.containers["worker:1"], None, "SIGKILL", fenced=True)
+    h.report_result("worker:1", 0, h.containers["worker:1"], None, "SIGKILL", fenced=True)
     failure = h.c.failures[0]
     assert failure.kind.value == "lost" and "fenced" in failure.message and "lease-sec=10" in failure.message
     assert h.c.restarts_used == 1
@@ -167,8 +167,8 @@ def test_a_new_am_attempt_starts_no_new_copy_until_a_lease_after_it_started(tmp_
     fresh.containers = dict(h.containers)
     new = fresh.allocate("worker")
     fresh.c.on_started(new)
-    fresh.c.register("worker:0", 1, h.containers["worker:0"], 3000, None)
-    fresh.c.register("worker:1", 1, new, 3001, None)
+    fresh.register("worker:0", 1, h.containers["worker:0"], 3000, None)
+    fresh.register("worker:1", 1, new, 3001, None)
     assert fresh.c.state == JobState.RESTARTING
     advance(fresh, LEASE + MARGIN_S + 0.5, attempt=1)
     assert fresh.c.state == JobState.RUNNING and fresh.clock.now - started >= LEASE + MARGIN_S

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness import Harness, wait_until
-from tony_py.am.http import admission, dashboard, httpd
+from tony_py.am.http import dashboard
 from tony_py.am.core import report
 from tony_py.am.http import server as server_module
 from tony_py.am.http.server import AmHttpServer
@@ -23,6 +23,7 @@ from tony_py.auth import Signer, UnsignedAnswer, Verifier, call_json
 from tony_py.client.portal import Portal, make_server
 from tony_py.executor import control as control_module
 from tony_py.executor.control import ControlServer
+from tony_py.net import admission, httpd
 
 SECRET = "a1" * 32
 
@@ -362,7 +363,7 @@ def test_trickling_sockets_cannot_keep_the_new_am_out(control, monkeypatch):
     """8 sockets sending a byte every 3 s blocked every AM fail-over notification for as long
     as they went on (a 5 s timeout per read, 8 slots). With the request deadline far off (30 s),
     the notification still gets in while they trickle: the last slot's holder gives way."""
-    monkeypatch.setattr(control_module, "REQUEST_S", 30.0)
+    monkeypatch.setattr(control.httpd, "request_timeout_s", 30.0)
     signer = Signer(SECRET, "appattempt_2")
     socks = [connect(control.port) for _ in range(12)]
     stop = threading.Event()
@@ -411,6 +412,76 @@ def test_control_answers_one_request_per_connection_and_refuses_odd_bodies(contr
     with connect(control.port) as s:
         s.sendall(signed_request(signer, "POST", "/v1/am", b"[" * 2000 + b"]" * 2000, control.verifier.receiver))
         assert read_answers(s) == [b"HTTP/1.1 400 Bad Request"]
+
+
+def test_control_answers_a_signed_request_and_closes_even_so(control):
+    """On the AM's HTTP server, whose signed connections stay open: not this one's."""
+    signer = Signer(SECRET, "appattempt_2")
+    body = json.dumps({"url": "http://new-am:3"}).encode()
+    with connect(control.port) as s:
+        s.sendall(
+            signed_request(signer, "POST", "/v1/am", body, control.verifier.receiver)
+            + signed_request(signer, "POST", "/v1/am", body, control.verifier.receiver)
+        )
+        assert read_answers(s) == [b"HTTP/1.1 200 OK"]
+    assert control.channel.base_url == "http://new-am:3"
+
+
+def test_control_counts_the_request_deadline_from_the_connect(control):
+    """A socket silent for most of REQUEST_S (0.5 s here) does not get another REQUEST_S from its
+    first byte: the whole request must have come by the deadline, or it is closed unanswered."""
+    signer = Signer(SECRET, "appattempt_2")
+    request = signed_request(signer, "POST", "/v1/am", b'{"url": "http://late:1"}', control.verifier.receiver)
+    with connect(control.port) as s:
+        time.sleep(0.3)
+        s.sendall(request[:10])
+        time.sleep(0.6)  # 0.9 s after the connect: past the deadline (and the sweep after it)
+        try:
+            s.sendall(request[10:])
+        except OSError:
+            pass
+        assert read_answers(s) == []
+    assert control.channel.base_url == "http://old-am:1"
+
+
+def test_a_notification_sent_before_the_control_server_runs_is_answered_once_it_does():
+    """The executor binds the port at once and starts the server later (START_AFTER_S): what the
+    AM sends meanwhile waits in the accept queue."""
+    channel = SimpleNamespace(base_url="http://old-am:1")
+    ctl = ControlServer("127.0.0.1", Verifier(SECRET), channel, start_after_s=0.5)
+    try:
+        sent = time.monotonic()
+        status, _ = call_json(
+            Signer(SECRET, "appattempt_2"),
+            f"http://127.0.0.1:{ctl.port}",
+            "POST",
+            "/v1/am",
+            {"url": "http://new-am:2"},
+            timeout=10,
+        )
+        assert status == 200 and channel.base_url == "http://new-am:2"
+        assert time.monotonic() - sent >= 0.4  # (it was not served before its time)
+    finally:
+        ctl.httpd.shutdown()
+        ctl.httpd.server_close()
+
+
+def test_the_control_endpoints_last_slot_goes_to_the_newest_until_a_signed_request_keeps_it():
+    slots = admission.LastSlot(4)
+    shared = [Conn("10.0.0.9") for _ in range(3)]
+    assert all(slots.admit(c, now=0.0) for c in shared)  # anyone's, first come, never displaced
+    first, second, am = Conn("10.0.0.9"), Conn("10.0.0.9"), Conn("10.0.0.1")
+    assert slots.admit(first, now=0.0) and slots.kept is first
+    assert slots.admit(second, now=0.0) and first.displaced and slots.kept is second
+    assert slots.admit(am, now=0.0) and second.displaced  # the AM's notification always gets in
+    slots.prove(am)  # its signature checked: no newcomer takes its slot now
+    assert not slots.admit(Conn("10.0.0.9"), now=0.0) and not am.displaced
+    slots.release(am)
+    assert slots.admit(Conn("10.0.0.9"), now=0.0)
+    assert not any(c.displaced for c in shared)
+    slots.release(shared[0])
+    newcomer = Conn("10.0.0.9")
+    assert slots.admit(newcomer, now=0.0) and newcomer in slots.shared
 
 
 # ---- the portal on a shared gateway host, the pages' links (item 8) ------------------------------
@@ -509,14 +580,14 @@ def test_the_dashboards_embedded_status_cannot_end_its_script():
 
 def test_a_displaced_request_leaves_no_traceback_in_the_executor_log(control, capfd, monkeypatch):
     """What a stranger's socket makes happen is not worth a traceback in executor.log."""
-    monkeypatch.setattr(control_module, "REQUEST_S", 30.0)  # the silent ones keep their slots meanwhile
+    monkeypatch.setattr(control.httpd, "request_timeout_s", 30.0)  # the silent ones keep their slots meanwhile
     threads = threading.active_count()
     socks = [connect(control.port) for _ in range(control_module.MAX_CONNECTIONS - 1)]
     try:
         half = connect(control.port)  # the slot kept for a signed request: it gives way
         socks.append(half)
         half.sendall(b"POST /v1/am HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
-        assert wait_until(lambda: control.httpd.kept is not None)  # it holds the kept slot
+        assert wait_until(lambda: control.httpd.admission.kept is not None)  # it holds the kept slot
         socks.append(connect(control.port))
         half.settimeout(30)
         try:  # cut off: the newcomer has its slot

@@ -156,7 +156,7 @@ def test_the_open_lines_carry_the_token_and_the_ssh_tunnel():
 def test_the_notebook_task_gets_its_port_and_the_token_the_client_derives(tmp_path):
     h = Harness(tmp_path, "tony.notebook.instances=1", "tony.application.framework=standalone")
     containers = h.bring_up()
-    env = h.c.wait_spec("notebook:0", 0, containers["notebook:0"], 0)["env"]
+    env = h.wait_spec("notebook:0", 0, containers["notebook:0"], 0)["env"]
     assert env["NOTEBOOK_PORT"] == "2000"  # the port its executor registered
     assert "JUPYTER_TOKEN" not in env  # never in the AM's answer: derived on the node
     secret = "s" * 64

@@ -155,7 +155,7 @@ def test_idle_connections_are_capped_and_timed_out(am):
 
 
 def test_anonymous_viewers_see_states_only(am):
-    am.h.c.report_result("worker:0", 0, am.h.containers["worker:0"], 3, None, stderr_tail="password=hunter2")
+    am.h.report_result("worker:0", 0, am.h.containers["worker:0"], 3, None, stderr_tail="password=hunter2")
     anonymous = json.loads(raw_request(am.port, b"GET /status.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
                            .split(b"\r\n\r\n", 1)[1])
     assert anonymous["tasks"] == [{"name": "worker:0", "type": "worker", "index": 0, "state": "FAILED",

@@ -43,18 +43,18 @@ def test_training_is_requested_only_after_the_prepare_stage_succeeded(tmp_path):
     c = h.allocate("prep")
     h.containers["prep:0"] = c
     h.c.on_started(c)
-    h.c.register("prep:0", 0, c, 2000, None)
-    assert served_cluster(h.c.wait_spec("prep:0", 0, c, 0)) == {"prep": ["host1:2000"]}
-    h.c.task_started("prep:0", 0, c, 1)
+    h.register("prep:0", 0, c, 2000, None)
+    assert served_cluster(h.wait_spec("prep:0", 0, c, 0)) == {"prep": ["host1:2000"]}
+    h.task_started("prep:0", 0, c, 1)
     h.result("prep:0")
     assert h.cluster.requests == [("prep", 1), ("worker", 2)] and h.c.state == JobState.ALLOCATING and h.c.stage == 1
     for name in ("worker:0", "worker:1"):
         h.containers[name] = h.allocate("worker")
         h.c.on_started(h.containers[name])
-    h.c.register("worker:0", 0, h.containers["worker:0"], 3000, None)
-    h.c.register("worker:1", 0, h.containers["worker:1"], 3001, None)
+    h.register("worker:0", 0, h.containers["worker:0"], 3000, None)
+    h.register("worker:1", 0, h.containers["worker:1"], 3001, None)
     assert h.c.state == JobState.RUNNING
-    assert served_cluster(h.c.wait_spec("worker:1", 0, h.containers["worker:1"], 0)) == {"worker": ["host2:3000", "host3:3001"]}
+    assert served_cluster(h.wait_spec("worker:1", 0, h.containers["worker:1"], 0)) == {"worker": ["host2:3000", "host3:3001"]}
     h.result("worker:0")
     h.result("worker:1")
     assert h.c.final_status == "SUCCEEDED"
@@ -64,7 +64,7 @@ def test_a_failed_prepare_task_fails_the_job_without_training(tmp_path):
     h = Harness(tmp_path, "tony.prep.instances=1", "tony.worker.instances=2", "tony.application.prepare-stage=prep")
     h.containers["prep:0"] = h.allocate("prep")
     h.c.on_started(h.containers["prep:0"])
-    h.c.register("prep:0", 0, h.containers["prep:0"], 2000, None)
+    h.register("prep:0", 0, h.containers["prep:0"], 2000, None)
     h.result("prep:0", code=2)
     assert h.c.final_status == "FAILED" and "training stage was not started" in h.c.diagnostics()
     assert h.cluster.requests == [("prep", 1)]
@@ -205,11 +205,11 @@ def test_one_placed_type_makes_every_type_a_scheduling_request(tmp_path):
 def test_session_id_and_attempt_number_follow_the_gang_attempt(tmp_path):
     h = Harness(tmp_path, "tony.worker.instances=1", "tony.am.retry-count=1")
     h.bring_up()
-    env = h.c.wait_spec("worker:0", 0, h.containers["worker:0"], 0)["env"]
+    env = h.wait_spec("worker:0", 0, h.containers["worker:0"], 0)["env"]
     assert env["SESSION_ID"] == env["ATTEMPT_NUMBER"] == "0"
     h.result("worker:0", code=None, signal="SIGKILL")
-    h.c.register("worker:0", 1, h.containers["worker:0"], 3000, None)
-    env = h.c.wait_spec("worker:0", 1, h.containers["worker:0"], 0)["env"]
+    h.register("worker:0", 1, h.containers["worker:0"], 3000, None)
+    env = h.wait_spec("worker:0", 1, h.containers["worker:0"], 0)["env"]
     assert env["SESSION_ID"] == env["ATTEMPT_NUMBER"] == env["TONY_RESTART_ATTEMPT"] == "1"
     assert h.c.tasks["worker:0"].state == TaskState.REGISTERED
 

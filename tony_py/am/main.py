@@ -42,6 +42,7 @@ from tony_py.auth import AuthError, Signer, call_json
 from tony_py.bridge.gateway import java_error
 from tony_py.bridge.jvm import HDFS_CLOSE_RETRY
 from tony_py.history.summary import job_summary
+from tony_py.net import wire
 from tony_py.config.spec import FINAL_CONF_FILE, SPEC_FILE, JobSpec
 
 log = logging.getLogger("tony.am")
@@ -99,7 +100,8 @@ def notify_executors(tasks: list[Task], am_url: str, signer: Signer) -> None:
     """Tell re-adopted executors where the new AM attempt listens (their control endpoint)."""
     for task in tasks:
         try:
-            status, _ = call_json(signer, task.control_url, "POST", "/v1/am", {"url": am_url}, timeout=5)
+            moved = wire.AmMoved(url=am_url)
+            status, _ = call_json(signer, task.control_url, moved.METHOD, moved.PATH, moved.to_body(), timeout=5)
             if status != 200:
                 raise OSError(f"HTTP {status}")
         except (OSError, AuthError, ValueError) as exc:  # its heartbeat timeout will catch it

@@ -16,6 +16,7 @@ import urllib.parse
 
 from tony_py.auth import AuthError, KeepAlive, Signer, call_signed, json_answer
 from tony_py.executor.lease import Lease
+from tony_py.net import wire
 
 log = logging.getLogger("tony.executor.channel")
 
@@ -95,6 +96,10 @@ class AmChannel:
         _, answer = self.call("POST", path, body)
         return answer or {}
 
+    def send(self, request: wire.Request) -> dict:
+        """A call to the AM (tony_py/net/wire.py), posted."""
+        return self.post(request.PATH, request.to_body())
+
     def job(self, task: str) -> dict:
         """What the job runs (its JobSpec and tony-final.xml): served by the AM, so a task
         container localizes no file of this job."""
@@ -110,7 +115,7 @@ class AmChannel:
         return len(raw)
 
     def wait_spec(self, task: str, attempt: int, container: str, timeout: float = 20.0) -> dict | None:
-        query = urllib.parse.urlencode({"task": task, "attempt": attempt, "container": container, "timeout": timeout})
-        status, answer = self.call_gzip_ok("GET", f"/v1/spec?{query}", timeout=timeout + 10)  # (the AM waits up to timeout)
+        poll = wire.SpecPoll(task=task, attempt=attempt, container=container, timeout=timeout)
+        status, answer = self.call_gzip_ok(poll.METHOD, poll.target(), timeout=timeout + 10)  # (the AM waits up to timeout)
         return answer if status == 200 else None
 

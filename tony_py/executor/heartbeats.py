@@ -22,6 +22,7 @@ from typing import Callable
 
 from tony_py.auth import AuthError, KeepAlive, Signer, call_json
 from tony_py.executor.channel import AmChannel
+from tony_py.net.wire import Heartbeat
 
 log = logging.getLogger("tony.executor")
 
@@ -42,7 +43,7 @@ class Heartbeats:
                  tokens: Callable[[object], None] = lambda offer: None):
         self.channel = channel
         self.interval_s = interval_s
-        self.body = body  # the next heartbeat's body (task, attempt, container, metrics, ...)
+        self.body = body  # the next heartbeat's body (a wire.Heartbeat's: task, attempt, container, metrics, ...)
         self.fence = fence  # kills the task's process group
         self.tokens = tokens  # renewed delegation tokens on offer (tony_py/executor/tokens.py)
         self.lanes = [_Lane(Signer(secret, f"{principal}.hb{i}")) for i in range(LANES)]
@@ -89,7 +90,7 @@ class Heartbeats:
     def _beat(self, lane: _Lane, body: dict) -> None:
         sent_at = time.monotonic()
         try:
-            status, answer = call_json(lane.signer, self.channel.base_url, "POST", "/v1/heartbeat", body,
+            status, answer = call_json(lane.signer, self.channel.base_url, Heartbeat.METHOD, Heartbeat.PATH, body,
                                        timeout=LANES * self.interval_s, keep_alive=lane.connection)
         except (AuthError, OSError, ValueError) as exc:  # unsigned, unreachable, garbled: no answer at all
             log.debug("heartbeat on lane %s failed: %s", lane.signer.principal, exc)

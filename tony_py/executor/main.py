@@ -25,7 +25,7 @@ from tony_py.auth import Signer, Verifier
 from tony_py.config.spec import JobSpec
 from tony_py.errors import EXECUTOR_AM_LOST, EXECUTOR_REFUSED
 from tony_py.executor.channel import AmChannel, AmUnreachable, RequestRefused
-from tony_py.executor.control import ControlServer
+from tony_py.executor.control import START_AFTER_S, ControlServer
 from tony_py.executor.jobfiles import UnpackError, fetch_job_files, load_job, unpack_src
 from tony_py.executor.lease import Lease
 from tony_py.executor.settings import Settings
@@ -56,7 +56,8 @@ def main() -> None:
     except (RequestRefused, ValueError, KeyError, OSError) as exc:
         log.error("cannot read the job (from the AM at %s): %s", env["TONY_AM_URL"], exc)
         sys.exit(EXECUTOR_REFUSED)
-    control = ControlServer(env.get("NM_HOST") or socket.getfqdn(), Verifier(settings.secret), channel)
+    control = ControlServer(env.get("NM_HOST") or socket.getfqdn(), Verifier(settings.secret), channel,
+                            start_after_s=START_AFTER_S)  # (its port now, its server once the task has started)
     executor = Executor(settings, channel, env, cwd, control_port=control.port)
     signal.signal(signal.SIGTERM, executor.on_sigterm)
     log.info("executor for %s in %s (pid %d); control endpoint %s:%d", settings.task, settings.container_id,

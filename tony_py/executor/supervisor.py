@@ -34,6 +34,7 @@ from tony_py.executor.taskenv import (describe_command, listening, progress_age,
                                       user_env)
 from tony_py.frameworks import launch
 from tony_py.frameworks.envplan import expand
+from tony_py.net import wire
 
 log = logging.getLogger("tony.executor")
 
@@ -62,10 +63,9 @@ class Executor:
         self.tokens = TokenRefresher(settings.secret, settings.container_id or settings.task,
                                      os.environ.get(TOKEN_FILE_ENV))
 
-    def _body(self, attempt: int, **extra) -> dict:
-        body = {"task": self.settings.task, "attempt": attempt, "container": self.settings.container_id}
-        body.update((k, v) for k, v in extra.items() if v is not None)  # absent, not null: smaller
-        return body
+    def _call(self, request: type[wire.Call], attempt: int, **values) -> wire.Call:
+        """A call to the AM about this task's attempt (tony_py/net/wire.py)."""
+        return request(task=self.settings.task, attempt=attempt, container=self.settings.container_id, **values)
 
     def _yarn_gpus(self) -> list[str] | None:
         """The devices the NodeManager itself assigned to this container (its GPU plugin under
@@ -124,7 +124,7 @@ class Executor:
         log.error("%s: %s", what, exc)
         error = {"type": "TonyPySetupError", "message": f"{what}: {exc}"}
         try:
-            check(self.channel.post("/v1/result", self._body(attempt, exit_code=1, signal=None, error=error)))
+            check(self.channel.send(self._call(wire.Result, attempt, exit_code=1, error=error)))
         except (Instruction, AmUnreachable, RequestRefused) as report_error:
             log.error("could not report it: %s", report_error)
         return 1
@@ -148,7 +148,7 @@ class Executor:
         log.info("started pid %d: %s%s", self.child.pid, describe_command(s.command) or "(command not shown)",
                  traits(s.framework).wrapped if command != s.command else "")
         try:
-            check(self.channel.post("/v1/started", self._body(attempt, pid=self.child.pid)))
+            check(self.channel.send(self._call(wire.Started, attempt, pid=self.child.pid)))
             code, timed_out, fenced = self._supervise(attempt, env.get("TONY_PREEMPTION_DEADLINE_FILE"))
         finally:
             self.channel.lease.withdraw()
@@ -160,11 +160,10 @@ class Executor:
         self.child.kill_group(grace_s=max(2.0, self.preempt_deadline - time.time()) if preempted else 2.0)
         log.info("user process ended: %s%s", f"signal {sig}" if sig else f"exit code {exit_code}",
                  " (fenced: the lease ran out)" if fenced else "")
-        self._report(attempt, self._body(
-            attempt, exit_code=exit_code, signal=sig, timed_out=timed_out, fenced=fenced or None,
-            preempted=preempted or None,
-            ended_ago_s=time.time() - ended_at, stderr_tail=tail(err), error=read_error_file(env["TONY_ERROR_FILE"]),
-            metrics=self._metrics()))
+        self._report(attempt, self._call(
+            wire.Result, attempt, exit_code=exit_code, signal=sig, timed_out=timed_out, fenced=fenced,
+            preempted=preempted, ended_ago_s=time.time() - ended_at, stderr_tail=tail(err),
+            error=read_error_file(env["TONY_ERROR_FILE"]), metrics=self._metrics()).to_body())
 
     def _register(self, attempt: int) -> tuple[dict, int | None]:
         """Register with fresh ports, wait for the spec: the task's env, and its TensorBoard port."""
@@ -172,9 +171,8 @@ class Executor:
         try:
             port = socks[0].getsockname()[1]
             tb_port = socks[1].getsockname()[1] if len(socks) > 1 else None
-            check(self.channel.post("/v1/register", self._body(attempt, port=port, tb_port=tb_port,
-                                                                control_port=self.control_port,
-                                                                pid=os.getpid(), gpus=self.yarn_gpus)))
+            check(self.channel.send(self._call(wire.Register, attempt, port=port, tb_port=tb_port,
+                                               control_port=self.control_port, gpus=self.yarn_gpus)))
             log.info("registered %s attempt %d on port %d", self.settings.task, attempt, port)
             answer = self._wait_for_spec(attempt)
             env = user_env(self.settings, self.base_env, expand(answer.get("env", {}), answer.get("shared")), attempt,
@@ -185,17 +183,16 @@ class Executor:
         return env, tb_port
 
     def _report(self, attempt: int, result: dict) -> None:
-        """The run's result; the AM's answer is obeyed (an instruction is raised)."""
+        """The run's result (a wire.Result's body); the AM's answer is obeyed (an instruction is raised)."""
         if len(json.dumps(result)) > MAX_RESULT:
-            result = {k: v for k, v in result.items() if k not in ("stderr_tail", "error")}
+            result = {k: v for k, v in result.items() if k not in wire.Result.DETAILS}
         try:
-            answer = self.channel.post("/v1/result", result)
+            answer = self.channel.post(wire.Result.PATH, result)
         except RequestRefused as exc:
             # The AM could not take the details (not understood): the exit code and signal still
             # decide the job, so report them without the rest.
             log.error("the AM refused the full result (%s); reporting the exit status alone", exc)
-            answer = self.channel.post("/v1/result", {k: result[k] for k in result if k in (
-                "task", "attempt", "container", "exit_code", "signal", "timed_out", "fenced", "preempted")})
+            answer = self.channel.post(wire.Result.PATH, wire.Result.essentials(result))
         check(answer)
 
     def _wait_for_spec(self, attempt: int) -> dict:
@@ -282,7 +279,8 @@ class Executor:
         # a sample travels once, with the next heartbeat (the AM keeps the latest): the
         # heartbeats in between stay small for an AM serving thousands of them a second
         metrics, self.metrics = self.metrics, {}
-        return self._body(attempt, metrics=metrics or None, progress_age_s=progress_age(self.progress_file))
+        return self._call(wire.Heartbeat, attempt, metrics=metrics or None,
+                          progress_age_s=progress_age(self.progress_file)).to_body()
 
     def _report_once(self, attempt: int, probe_tensorboard: bool) -> None:
         """Things the AM waits for, each reported once: a callback file the process wrote, and
@@ -297,13 +295,13 @@ class Executor:
             except (OSError, ValueError) as exc:
                 log.error("unreadable callback file %s: %s", self.callback_file, exc)
             else:
-                check(self.channel.post("/v1/callback", self._body(attempt, info=info)))
+                check(self.channel.send(self._call(wire.Callback, attempt, info=info)))
         if (probe_tensorboard and "tensorboard" not in self.reported and self.tb_port
                 and listening(self.settings.host, self.tb_port)):
             self.reported.add("tensorboard")
             url = f"http://{self.settings.host}:{self.tb_port}"
             log.info("TensorBoard is up at %s", url)
-            check(self.channel.post("/v1/tensorboard", self._body(attempt, url=url)))
+            check(self.channel.send(self._call(wire.Tensorboard, attempt, url=url)))
 
     def _metrics(self) -> dict:
         return self.sampler.sample(self.child.pid if self.child is not None else None)

@@ -12,7 +12,7 @@ from tony_py.am.core.failover import SNAPSHOT_VERSION, AmSnapshot, TaskRecord, V
 from tony_py.am.core.policy import Decision
 from tony_py.am.core.recovery import Recovery
 from tony_py.am.core.state import JobCore, JobState
-from tony_py.am.core.tasks import Task
+from tony_py.am.core.tasks import Copy, Task
 from tony_py.job.records import FailureKind, TaskState
 
 # How long re-adopted executors may stay silent while they learn the new AM's address.
@@ -53,7 +53,7 @@ def adopt(job: JobCore, recovery: Recovery, snap: AmSnapshot, live_containers: l
     the new AM is."""
     cluster = recovery.cluster
     plan = plan_adoption(snap, {c["id"] for c in live_containers})
-    _restore_job(job, snap)
+    recovery.take_over(snap)
     fence_earlier_copies(job)
     for node in snap.blacklisted:
         cluster.blacklist(node)
@@ -67,7 +67,7 @@ def adopt(job: JobCore, recovery: Recovery, snap: AmSnapshot, live_containers: l
                                       f"re-adopted, {len(plan.lost)} lost while no AM was running")
     if snap.verdict:
         for name in plan.lost:
-            job.tasks[name].state = TaskState.STOPPED
+            job.tasks[name].enter(TaskState.STOPPED, "its container ended while no AM was running, after the verdict")
         recovery.finish(Decision(snap.verdict.action, snap.verdict.message), status=snap.verdict.status)
         return []
     if snap.state in (JobState.RUNNING.value, JobState.RESTARTING.value) and snap.state != job.state.value:
@@ -93,47 +93,39 @@ def fence_earlier_copies(job: JobCore) -> None:
         job.fences.fence(name, f"{name} of an earlier AM attempt", job.clock(), "an earlier AM attempt's copy")
 
 
-def _restore_job(job: JobCore, snap: AmSnapshot) -> None:
-    job.attempt, job.restarts_used = snap.attempt, snap.restarts_used
-    job.infra_restarts_used, job.preemptions = snap.infra_restarts_used, snap.preemptions
-    job.cluster_view, job.started_at = snap.cluster_view, snap.started_at
-    job.chief_done_at = snap.chief_done_at
-    job.stage, job.callbacks, job.tensorboard_url = snap.stage, dict(snap.callbacks), snap.tensorboard_url
-    job.failures = list(snap.failures)
-    job.node_failures = dict(snap.node_failures)
-    job.blacklisted.update(snap.blacklisted)
-
-
 def _restore_task(job: JobCore, cluster, task: Task, record: TaskRecord, plan) -> None:
     now = job.clock()
     name = task.name
-    task.attempt = record.attempt
     task.address, task.tb_port = record.address, record.tb_port
     task.exit_code, task.signal, task.failure = record.exit_code, record.signal, record.failure
-    task.released, task.tracked = record.released, record.tracked
+    task.tracked = record.tracked
     task.last_container = record.last_container
     if name in plan.readopt:
-        task.container, task.container_started = record.container, True
+        served = record.state in (TaskState.RUNNING, TaskState.REGISTERED)
+        task.restore(record.attempt, record.state, Copy.SERVED if served else Copy.STARTED, record.released,
+                     "re-adopted: its container outlived the earlier AM attempt")
+        task.container = record.container
         task.gpus = list(record.gpus)
         if record.gpus:
             job.gpus.record(record.container.node_id, record.container.id, record.gpus)
-        task.control_url, task.state = record.control_url, record.state
+        task.control_url = record.control_url
         task.launched_at = now
         task.last_heartbeat = now + ADOPTION_GRACE_S  # while it learns the new address
         task.adopted_at = now  # until its executor first reaches this attempt (protocol.lookup)
         # Not heard from yet by this attempt; for its fence (all copies are fenced from this
         # attempt's start anyway) and for keeping it in a restart, it counts as heard from now.
         task.last_contact = now
-        task.served = record.state == TaskState.RUNNING or record.state == TaskState.REGISTERED
         if record.state == TaskState.RUNNING:
             task.started_at = task.last_progress = now
     elif name in plan.replace:  # launched but never registered: cheaper to replace
         cluster.stop(record.container.id)
-        task.reset_for_attempt(record.attempt, keep_container=False)
+        task.restore(record.attempt, TaskState.PENDING, Copy.NONE, False,
+                     "launched by the earlier AM attempt and never registered: replaced")
     elif name in plan.finished:
-        task.state = record.state
-    elif name in plan.lost:
-        task.state = TaskState.RUNNING
+        task.restore(record.attempt, record.state, Copy.NONE, record.released, "finished under the earlier AM attempt")
+    elif name in plan.lost:  # (failed as lost right after: adopt)
+        task.restore(record.attempt, TaskState.RUNNING, Copy.NONE, record.released,
+                     "running under the earlier AM attempt")
     else:
-        task.state = TaskState.PENDING
-        Task.pending_again += 1
+        task.restore(record.attempt, TaskState.PENDING, Copy.NONE, record.released, "pending under the earlier "
+                     "AM attempt")

@@ -28,13 +28,14 @@ from tony_py.am.core.protocol import ExecutorProtocol
 from tony_py.am.core.recovery import SLOW_HEARTBEAT_MS, Recovery
 from tony_py.am.core.requests import RequestBook
 from tony_py.am.core.state import JobCore, JobState
-from tony_py.am.core.tasks import Task
+from tony_py.am.core.tasks import Copy, Task
 from tony_py.am.core.watchdog import Watchdog
 from tony_py.config.spec import JobSpec, TaskType
 from tony_py.errors import EXECUTOR_EXITS
 from tony_py.frameworks.envplan import SpecAnswer
 from tony_py.job.records import Container, FailureKind, TaskState
 from tony_py.job.view import diagnostics, root_cause
+from tony_py.net import wire
 
 # How a NodeManager refuses a container allocated by an RM that has since restarted or failed over
 # (ContainerManagerImpl): the allocation is void, the task is asked for again at no cost.
@@ -122,7 +123,8 @@ class Coordinator(JobCore):
             self.recovery.end_burst()
             if not self._assign_gpus(task, container):
                 return
-            task.state = TaskState.ALLOCATED
+            task.reached(Copy.GRANTED)
+            task.enter(TaskState.ALLOCATED, f"container {container.id} on {container.host}")
             task.launched_at = self.clock()
             self.dirty = True
             self.mark("first_container_allocated")
@@ -153,9 +155,9 @@ class Coordinator(JobCore):
             task = self.task_for_container(container_id)
             if task is None:
                 return
-            task.container_started = True
+            task.reached(Copy.STARTED)
             if task.state == TaskState.ALLOCATED:
-                task.state = TaskState.LAUNCHED
+                task.enter(TaskState.LAUNCHED, f"its NodeManager started {container_id}")
                 self.events.record(ev.LAUNCHED, "container started", task.name, container_id=container_id)
             if all(t.container_started for t in self.tasks.values()):
                 self.mark("all_containers_started")
@@ -190,18 +192,17 @@ class Coordinator(JobCore):
             task = self.task_for_container(container_id)
             if task is None:
                 return
-            container = task.container
+            container, kept = task.container, task.kept
             task.container = None
-            task.container_started = False
             if exit_status not in UNOBSERVED_EXITS:
-                task.ended = True  # its NodeManager saw the container's processes end
+                task.reached(Copy.ENDED)  # its NodeManager saw the container's processes end
             if task.state.finished:
                 pass  # the executor reported the result before its container ended
-            elif task.kept and self.decision is None:
+            elif kept and self.decision is None:
                 self.recovery.replace(task, f"its kept container {container.id} ended (exit status {exit_status}) "
                                             "before the restart reached it", count_node=exit_status != 0)
             elif task.stopping or self.decision is not None:
-                task.state = TaskState.STOPPED
+                task.enter(TaskState.STOPPED, f"its container ended (exit status {exit_status}) as the job ended")
                 task.finished_at = self.clock()
             else:
                 kind = policy.container_failure_kind(exit_status)
@@ -289,60 +290,54 @@ class Coordinator(JobCore):
                 self.recovery.finish(Decision(Action.FAIL, message), status="FAILED")
 
     # ---- executor API (protocol.py), each call under the lock ---------------------------------
-    def register(self, name: str, attempt: int, container_id: str, port: int, tb_port: int | None,
-                 control_port: int | None = None, gpus: list[str] | None = None) -> dict:
+    def register(self, call: wire.Register) -> dict:
         with self.lock:
-            return self.protocol.register(name, attempt, container_id, port, tb_port, control_port, gpus)
+            return self.protocol.register(call)
 
-    def try_spec(self, name: str, attempt: int, container_id: str) -> SpecAnswer | dict | None:
+    def try_spec(self, call: wire.SpecPoll) -> SpecAnswer | dict | None:
         with self.lock:
-            return self.protocol.try_spec(name, attempt, container_id)
+            return self.protocol.try_spec(call)
 
     def polling(self, name: str, delta: int) -> None:
         with self.lock:
             self.protocol.polling(name, delta)
 
-    def wait_spec(self, name: str, attempt: int, container_id: str, timeout: float) -> dict | None:
-        """try_spec, blocking up to `timeout` (for callers with a thread to spare: tests)."""
-        deadline = time.monotonic() + timeout
+    def wait_spec(self, call: wire.SpecPoll) -> dict | None:
+        """try_spec, blocking up to the call's timeout (for callers with a thread to spare: tests)."""
+        deadline = time.monotonic() + call.timeout
         with self.cond:
             while True:
-                answer = self.try_spec(name, attempt, container_id)
+                answer = self.try_spec(call)
                 if answer is not None:
                     return answer.to_dict() if isinstance(answer, SpecAnswer) else answer
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
-                self.polling(name, +1)
+                self.polling(call.task, +1)
                 try:
                     self.cond.wait(remaining)
                 finally:
-                    self.polling(name, -1)
+                    self.polling(call.task, -1)
 
-    def task_started(self, name: str, attempt: int, container_id: str, pid: int) -> dict:
+    def task_started(self, call: wire.Started) -> dict:
         with self.lock:
-            return self.protocol.task_started(name, attempt, container_id, pid)
+            return self.protocol.task_started(call)
 
-    def callback(self, name: str, attempt: int, container_id: str, info: dict) -> dict:
+    def callback(self, call: wire.Callback) -> dict:
         with self.lock:
-            return self.protocol.callback(name, attempt, container_id, info)
+            return self.protocol.callback(call)
 
-    def register_tensorboard(self, name: str, attempt: int, container_id: str, url: str) -> dict:
+    def register_tensorboard(self, call: wire.Tensorboard) -> dict:
         with self.lock:
-            return self.protocol.register_tensorboard(name, attempt, container_id, url)
+            return self.protocol.register_tensorboard(call)
 
-    def heartbeat(self, name: str, attempt: int, container_id: str, metrics: dict | None,
-                  progress_age_s: float | None = None) -> dict:
+    def heartbeat(self, call: wire.Heartbeat) -> dict:
         with self.lock:
-            return self.protocol.heartbeat(name, attempt, container_id, metrics, progress_age_s)
+            return self.protocol.heartbeat(call)
 
-    def report_result(self, name: str, attempt: int, container_id: str, exit_code: int | None, signal: str | None,
-                      stderr_tail: str = "", error: dict | None = None, timed_out: bool = False,
-                      ended_ago_s: float | None = None, metrics: dict | None = None, fenced: bool = False,
-                      preempted: bool = False) -> dict:
+    def report_result(self, call: wire.Result) -> dict:
         with self.lock:
-            return self.protocol.report_result(name, attempt, container_id, exit_code, signal, stderr_tail, error,
-                                               timed_out, ended_ago_s, metrics, fenced, preempted)
+            return self.protocol.report_result(call)
 
     # ---- AM fail-over (adoption.py) --------------------------------------------------------------
     def snapshot(self) -> AmSnapshot:

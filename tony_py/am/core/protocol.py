@@ -17,13 +17,13 @@ from itertools import chain
 from tony_py import frameworks
 from tony_py.am.core import events as ev
 from tony_py.am.core import policy
-from tony_py.am.core.policy import Action, Decision
 from tony_py.am.core.recovery import Recovery
 from tony_py.am.core.state import JobCore, JobState
-from tony_py.am.core.tasks import Task
+from tony_py.am.core.tasks import Copy, Ending, Task
 from tony_py.config.spec import NOTEBOOK_TYPE, TaskId
 from tony_py.frameworks.envplan import EnvPlan, SpecAnswer
 from tony_py.job.records import FailureKind, TaskState
+from tony_py.net import wire
 
 
 _IN_THE_GANG = frozenset({TaskState.REGISTERED, TaskState.RUNNING, TaskState.PARKED})
@@ -40,12 +40,12 @@ class ExecutorProtocol:
         self._holdout = 0  # where gang_complete found the gang incomplete last
 
     # ---- which copy of a task is calling, and is it current --------------------------------
-    def lookup(self, name: str, attempt: int, container_id: str | None,
-               alive: bool = True) -> tuple[Task | None, dict | None]:
+    def lookup(self, call: wire.Call, alive: bool = True) -> tuple[Task | None, dict | None]:
         """The task an executor call is about, and what to answer instead if the call is stale.
         alive: the call shows its executor reached this AM attempt with its task running (a
         result's does not: it may report what happened while no AM answered)."""
         job = self.job
+        name, attempt, container_id = call.task, call.attempt, call.container
         task = job.tasks.get(name)
         if task is None:
             return None, {"action": "exit", "reason": f"unknown task {name}"}
@@ -57,7 +57,8 @@ class ExecutorProtocol:
         if alive:
             task.adopted_at = None  # (heard from by this AM attempt: no longer gone with the last one)
         if attempt > task.attempt:
-            self._catch_up(task, attempt)
+            self.recovery.catch_up(attempt, f"caught up with {task.name}, which an earlier AM attempt had already "
+                                            f"restarted to attempt {attempt}")
         return task, self.instruction(task, attempt, container_id)
 
     @staticmethod
@@ -68,38 +69,27 @@ class ExecutorProtocol:
         """What a stale or superseded executor should do instead; None if it is current."""
         if not self._current(task, container_id):
             return {"action": "exit", "reason": "superseded: this container no longer runs the task"}
-        if self.job.decision is not None or task.stopping or task.released:
+        if self.job.decision is not None or task.ending != Ending.NONE:
             return {"action": "exit", "reason": "the job is finishing" if self.job.decision else "the task is over"}
         if attempt != task.attempt:
             return {"action": "restart", "attempt": task.attempt}
         return None
 
-    def _catch_up(self, task: Task, attempt: int) -> None:
-        """An executor reports an attempt this AM never ordered: the previous AM attempt restarted
-        the gang and died before its snapshot said so. Move the whole gang past it; the restart
-        was the old AM's, so it costs nothing again."""
-        job = self.job
-        job.attempt = attempt - 1
-        job.restarts_used -= 1
-        self.recovery.restart(Decision(Action.RESTART, f"caught up with {task.name}, which an earlier AM attempt "
-                                                       f"had already restarted to attempt {attempt}"))
-
     # ---- registration and the gang ---------------------------------------------------------
-    def register(self, name: str, attempt: int, container_id: str, port: int, tb_port: int | None,
-                 control_port: int | None = None, gpus: list[str] | None = None) -> dict:
+    def register(self, call: wire.Register) -> dict:
         job = self.job
-        task, stale = self.lookup(name, attempt, container_id)
+        task, stale = self.lookup(call)
         if stale:
             return stale
-        task.kept = False
-        if gpus:  # the NodeManager assigned these devices itself: they are the truth
-            job.gpus.record(task.container.node_id, task.container.id, gpus)
-            task.gpus = list(gpus)
-        task.address = f"{task.container.host}:{port}"
-        task.tb_port = tb_port
-        task.control_url = f"http://{task.container.host}:{control_port}" if control_port else None
+        if call.gpus:  # the NodeManager assigned these devices itself: they are the truth
+            job.gpus.record(task.container.node_id, task.container.id, call.gpus)
+            task.gpus = list(call.gpus)
+        task.address = f"{task.container.host}:{call.port}"
+        task.tb_port = call.tb_port
+        task.control_url = f"http://{task.container.host}:{call.control_port}" if call.control_port else None
         task.last_heartbeat = job.clock()
-        task.state = TaskState.REGISTERED
+        task.reached(Copy.REGISTERED)
+        task.enter(TaskState.REGISTERED, f"its executor registered at {task.address}")
         job.dirty = True
         job.mark("first_executor_registered")
         job.events.record(ev.REGISTERED, f"executor registered at {task.address}", task.name, attempt=task.attempt)
@@ -132,9 +122,8 @@ class ExecutorProtocol:
         if job.cluster_view is None and job.spec.distributed_mode == "GANG" and self.gang_complete():
             if self._fenced(t.name for t in job.tasks.values() if job.spec.stage_of(t.id.type) == job.stage):
                 return
-            job.cluster_view = self.cluster_view()
-            job.mark("all_executors_registered")
-            job.enter(JobState.RUNNING, f"attempt {job.attempt}: all {len(job.tasks)} tasks registered; spec served")
+            self.recovery.serve(self.cluster_view(), f"attempt {job.attempt}: all {len(job.tasks)} tasks "
+                                                     "registered; spec served")
 
     def _fenced(self, names) -> bool:
         """Whether an earlier copy of one of these tasks may still run; said once per fence."""
@@ -157,11 +146,11 @@ class ExecutorProtocol:
         return view
 
     # ---- the spec ----------------------------------------------------------------------------
-    def try_spec(self, name: str, attempt: int, container_id: str) -> SpecAnswer | dict | None:
+    def try_spec(self, call: wire.SpecPoll) -> SpecAnswer | dict | None:
         """The answer to a spec long-poll now: the task's env (a SpecAnswer), an instruction for
         a stale executor, or None while the spec does not exist yet."""
         job = self.job
-        task, stale = self.lookup(name, attempt, container_id)
+        task, stale = self.lookup(call)
         if stale:
             return stale
         task.last_heartbeat = job.clock()  # a waiting long-poll proves the executor alive
@@ -173,7 +162,7 @@ class ExecutorProtocol:
         if view is None or not task.address or not frameworks.ready(job.spec, task.id, job.callbacks):
             return None
         job.mark("first_spec_served")
-        task.served = True  # from now on this copy may run the task's process
+        task.reached(Copy.SERVED)  # from now on this copy may run the task's process
         job.events.record(ev.SPEC_SERVED, "cluster spec served", task.name, attempt=task.attempt)
         plan = self._env_plan(view)
         if view is job.cluster_view:  # (every task of a gang gets the same view: its numbering once)
@@ -234,14 +223,14 @@ class ExecutorProtocol:
         return env
 
     # ---- while the task runs -----------------------------------------------------------------
-    def task_started(self, name: str, attempt: int, container_id: str, pid: int) -> dict:
+    def task_started(self, call: wire.Started) -> dict:
         job = self.job
-        task, stale = self.lookup(name, attempt, container_id)
+        task, stale = self.lookup(call)
         if stale:
             return stale
-        task.pid = pid
+        task.pid = call.pid or 0
         task.started_at = task.last_progress = job.clock()
-        task.state = TaskState.RUNNING
+        task.enter(TaskState.RUNNING, "its user process started")
         job.dirty = True
         job.mark("first_task_started")
         job.events.record(ev.TASK_STARTED, "user process started", task.name, attempt=task.attempt)
@@ -249,88 +238,85 @@ class ExecutorProtocol:
             job.mark("all_tasks_started")
         return {"ok": True}
 
-    def callback(self, name: str, attempt: int, container_id: str, info: dict) -> dict:
+    def callback(self, call: wire.Callback) -> dict:
         """A task's process reported something others wait for (Horovod's driver: its port)."""
         job = self.job
-        task, stale = self.lookup(name, attempt, container_id)
+        task, stale = self.lookup(call)
         if stale:
             return stale
-        job.callbacks[task.name] = {"host": task.container.host, **info}
+        job.callbacks[task.name] = {"host": task.container.host, **call.info}
         job.callbacks_seen += 1
-        job.events.record(ev.NOTE, f"reported {info}", task.name, attempt=task.attempt)
+        job.events.record(ev.NOTE, f"reported {call.info}", task.name, attempt=task.attempt)
         job.changed()
         return {"ok": True}
 
-    def register_tensorboard(self, name: str, attempt: int, container_id: str, url: str) -> dict:
+    def register_tensorboard(self, call: wire.Tensorboard) -> dict:
         job = self.job
-        task, stale = self.lookup(name, attempt, container_id)
+        task, stale = self.lookup(call)
         if stale:
             return stale
-        job.tensorboard_url = url
+        job.tensorboard_url = call.url
         job.dirty = True
-        job.events.record(ev.TB_REGISTERED, f"TensorBoard at {url}", task.name, url=url)
+        job.events.record(ev.TB_REGISTERED, f"TensorBoard at {call.url}", task.name, url=call.url)
         return {"ok": True}
 
-    def heartbeat(self, name: str, attempt: int, container_id: str, metrics: dict | None,
-                  progress_age_s: float | None = None) -> dict:
-        task, stale = self.lookup(name, attempt, container_id)
+    def heartbeat(self, call: wire.Heartbeat) -> dict:
+        task, stale = self.lookup(call)
         if stale:
             return stale
         task.last_heartbeat = self.job.clock()
-        if metrics:
-            task.metrics = metrics
-        if progress_age_s is not None:
+        if call.metrics:
+            task.metrics = call.metrics
+        if call.progress_age_s is not None:
             # An age, not a timestamp: the node's clock need not agree with the AM's.
-            task.last_progress = max(task.last_progress or 0.0, task.last_heartbeat - float(progress_age_s))
+            task.last_progress = max(task.last_progress or 0.0, task.last_heartbeat - float(call.progress_age_s))
         if task.preempt_deadline is not None:  # repeated until the task ends: the executor acts once
             return {"action": "continue", "preempt": {"deadline": task.preempt_deadline,
                                                       "left_s": round(task.preempt_deadline - task.last_heartbeat, 3)}}
         return {"action": "continue"}
 
     # ---- the end of a run ----------------------------------------------------------------------
-    def report_result(self, name: str, attempt: int, container_id: str, exit_code: int | None, signal: str | None,
-                      stderr_tail: str = "", error: dict | None = None, timed_out: bool = False,
-                      ended_ago_s: float | None = None, metrics: dict | None = None, fenced: bool = False,
-                      preempted: bool = False) -> dict:
-        """preempted: the executor sent the task a preemption's SIGTERM (its word survives an AM
-        fail-over, and a process that ended before the warning reached it is not preempted)."""
+    def report_result(self, call: wire.Result) -> dict:
+        """call.preempted: the executor sent the task a preemption's SIGTERM (its word survives an
+        AM fail-over, and a process that ended before the warning reached it is not preempted)."""
         job = self.job
-        task, stale = self.lookup(name, attempt, container_id, alive=False)
+        task, stale = self.lookup(call, alive=False)
         if stale:
             return stale
         with_am = task.adopted_at is not None  # re-adopted, and this is the first this attempt hears of it
         task.adopted_at = None
-        task.ended = True  # the executor saw its process end (and killed what it left)
-        task.exit_code = exit_code
-        task.signal = signal
+        task.reached(Copy.ENDED)  # the executor saw its process end (and killed what it left)
+        task.exit_code = call.exit_code
+        task.signal = call.signal
         # An age, not the node's timestamp: failures are ordered on the AM's clock.
-        task.finished_at = job.clock() - max(0.0, float(ended_ago_s or 0.0))
-        if metrics:
-            task.metrics = metrics
+        task.finished_at = job.clock() - max(0.0, float(call.ended_ago_s or 0.0))
+        if call.metrics:
+            task.metrics = call.metrics
         job.dirty = True
-        if fenced:  # (before this attempt took over: no AM answered it, it went with the last one)
+        if call.fenced:  # (before this attempt took over: no AM answered it, it went with the last one)
             self.recovery.fail(task, FailureKind.LOST, f"its executor heard nothing from the AM for "
                                f"tony.task.executor.lease-sec={job.spec.lease_s} s and killed it (fenced)"
                                f"{' while no AM attempt answered it' if with_am else ''}",
-                               signal=signal, stderr_tail=stderr_tail, when=task.finished_at, lost_with_am=with_am)
-        elif exit_code == 0 and not signal and not preempted:
+                               signal=call.signal, stderr_tail=call.stderr_tail, when=task.finished_at,
+                               lost_with_am=with_am)
+        elif call.exit_code == 0 and not call.signal and not call.preempted:
             self._succeeded(task)
         else:
-            if preempted and task.preempt_deadline is None:  # warned by an earlier AM attempt
+            if call.preempted and task.preempt_deadline is None:  # warned by an earlier AM attempt
                 task.preempt_deadline = task.preempted_at = job.clock()
-            self._failed(task, exit_code, signal, stderr_tail, error, timed_out)
+            self._failed(task, call)
         job.changed()
-        answer = self.instruction(task, attempt, container_id)
+        answer = self.instruction(task, call.attempt, call.container)
         if answer is None:
             # The task's run is over and no restart involves it: its executor may leave,
             # which ends the container and gives the resources back to YARN.
-            task.released = True
+            task.end_copy(Ending.RELEASED)
             answer = {"action": "exit"}
         return answer
 
     def _succeeded(self, task: Task) -> None:
         job = self.job
-        task.state = TaskState.SUCCEEDED
+        task.enter(TaskState.SUCCEEDED, "its process exited 0")
         if task.id == job.spec.chief():
             job.chief_done_at = job.clock()
         job.events.record(ev.TASK_FINISHED, "succeeded", task.name, attempt=task.attempt, exit_code=0,
@@ -340,17 +326,17 @@ class ExecutorProtocol:
         else:
             self.recovery.apply(policy.completion(job.spec, job.tasks))
 
-    def _failed(self, task: Task, exit_code: int | None, signal: str | None, stderr_tail: str, error: dict | None,
-                timed_out: bool) -> None:
-        kind = FailureKind.SIGNAL if signal else FailureKind.EXIT_CODE
-        message = policy.describe_exit(exit_code, signal)
-        if timed_out:
+    def _failed(self, task: Task, call: wire.Result) -> None:
+        kind = FailureKind.SIGNAL if call.signal else FailureKind.EXIT_CODE
+        message = policy.describe_exit(call.exit_code, call.signal)
+        if call.timed_out:
             kind = FailureKind.TIMEOUT
             message = (f"killed after running longer than tony.task.executor.execution-timeout-ms="
                        f"{self.job.spec.execution_timeout_ms}")
+        error = call.error
         if error and error.get("message"):
             message += f": {error.get('type') or 'error'}: {error['message']}"
-        if policy.tokens_expired(stderr_tail):
+        if policy.tokens_expired(call.stderr_tail):
             message += policy.TOKENS_EXPIRED_HINT
-        self.recovery.fail(task, kind, message, exit_code=exit_code, signal=signal, stderr_tail=stderr_tail,
-                           error=error, when=task.finished_at)
+        self.recovery.fail(task, kind, message, exit_code=call.exit_code, signal=call.signal,
+                           stderr_tail=call.stderr_tail, error=error, when=task.finished_at)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from tony_py.am.core import events as ev
 from tony_py.am.core import policy
+from tony_py.am.core.failover import AmSnapshot
 from tony_py.am.core.policy import Action, Decision
 from tony_py.am.core.requests import RequestBook
 from tony_py.am.core.state import JobCore, JobState
-from tony_py.am.core.tasks import Task
+from tony_py.am.core.tasks import Ending, Task
 from tony_py.job.records import Container, Failure, FailureKind, TaskState
 
 # How a task's end reads once YARN warned it would take the container back (timeouts keep theirs).
@@ -97,7 +98,7 @@ class Recovery:
         )
         job.failures.append(failure)
         task.failure = failure
-        task.state = TaskState.PREEMPTED if kind == FailureKind.PREEMPTED else TaskState.FAILED
+        task.enter(TaskState.PREEMPTED if kind == FailureKind.PREEMPTED else TaskState.FAILED, message)
         task.finished_at = failure.time
         job.dirty = True
         job.events.record(ev.TASK_FINISHED, message, task.name, attempt=task.attempt, failure_kind=kind.value,
@@ -105,7 +106,7 @@ class Recovery:
         if task.container is not None and kind in (FailureKind.LOST, FailureKind.TIMEOUT, FailureKind.LAUNCH):
             # The executor may be hung or cut off: it must not go on running the task. A
             # container that never started is given back instead (there is nothing to stop).
-            task.released = True
+            task.end_copy(Ending.RELEASED)
             if task.container_started:
                 self.cluster.stop(task.container.id)
             else:
@@ -214,7 +215,7 @@ class Recovery:
         if task.container is not None:
             self.cluster.stop(task.container.id)
             job.gpus.release(task.container.id)
-        task.reset_for_attempt(task.attempt, keep_container=False)
+        task.start_over(task.attempt, keep_container=False, why=why)
         self.request_missing()
         job.events.record(ev.NOTE, f"{why}: requested a new container for it (no restart spent)", task.name,
                           container_id=container.id if container else None)
@@ -246,7 +247,7 @@ class Recovery:
         self.book.cancel(missing)
         for tasks in missing.values():
             for task in tasks:
-                task.state = TaskState.PARKED
+                task.enter(TaskState.PARKED, f"the gang went on without it ({why})")
         job.dirty = True
         names = ", ".join(t.name for tasks in missing.values() for t in tasks)
         change = "; ".join(f"{name} {before} -> {after} (min {fewest})" for name, (before, after, fewest) in sizes.items())
@@ -272,6 +273,34 @@ class Recovery:
         job.mark(f"stage_{job.stage}_requested")
         job.enter(JobState.ALLOCATING, f"stage {job.stage}: requesting {', '.join(job.spec.stages[job.stage])}")
         self.request_missing()
+
+    def serve(self, view: dict[str, list[str]], why: str) -> None:
+        """The gang is complete: its cluster view is served (the waiting long-polls wake)."""
+        job = self.job
+        job.cluster_view = view
+        job.mark("all_executors_registered")
+        job.enter(JobState.RUNNING, why)
+
+    def catch_up(self, attempt: int, why: str) -> None:
+        """An executor reports an attempt this AM never ordered: the previous AM attempt restarted
+        the gang and died before its snapshot said so. Move the whole gang past it; the restart
+        was the old AM's, so it costs nothing again."""
+        job = self.job
+        job.attempt = attempt - 1
+        job.restarts_used -= 1
+        self.restart(Decision(Action.RESTART, why))
+
+    def take_over(self, snap: AmSnapshot) -> None:
+        """The job's counters and views as an earlier AM attempt left them (am/core/adoption.py)."""
+        job = self.job
+        job.attempt, job.restarts_used = snap.attempt, snap.restarts_used
+        job.infra_restarts_used, job.preemptions = snap.infra_restarts_used, snap.preemptions
+        job.cluster_view, job.started_at = snap.cluster_view, snap.started_at
+        job.chief_done_at = snap.chief_done_at
+        job.stage, job.callbacks, job.tensorboard_url = snap.stage, dict(snap.callbacks), snap.tensorboard_url
+        job.failures = list(snap.failures)
+        job.node_failures = dict(snap.node_failures)
+        job.blacklisted.update(snap.blacklisted)
 
     def restart(self, decision: Decision) -> None:
         job = self.job
@@ -306,7 +335,7 @@ class Recovery:
                 # arrives (which may come after the new allocation): the stopped process is killed
                 # at once, the replacement's user process starts only after its executor registered.
                 job.gpus.release(task.container.id)
-            task.reset_for_attempt(job.attempt, keep_container=keep)
+            task.start_over(job.attempt, keep_container=keep, why=f"gang restart to attempt {job.attempt}")
             if keep:
                 task.launched_at = job.clock()  # the registration timeout starts over
         self.request_missing()
@@ -322,10 +351,10 @@ class Recovery:
         self.book.cancel()
         for task in job.tasks.values():
             if task.container is not None and not task.state.finished:
-                task.stopping = True
+                task.end_copy(Ending.STOPPING)
                 self.cluster.stop(task.container.id)
             elif task.state == TaskState.PENDING:
-                task.state = TaskState.STOPPED
+                task.enter(TaskState.STOPPED, f"the job ended ({status}) before it had a container")
         self.update_progress()
         self.maybe_done()
 
@@ -345,7 +374,8 @@ class Recovery:
         if cursor == len(order) or (job.finish_deadline and job.clock() >= job.finish_deadline):
             for task in order[cursor:]:
                 if _waited_for(task) and not task.state.finished:
-                    task.state = TaskState.STOPPED
+                    task.enter(TaskState.STOPPED, f"its container did not end within {FINISH_GRACE_S:.0f} s "
+                                                  "of the verdict")
             job.mark("done")
             job.enter(JobState.DONE)
 

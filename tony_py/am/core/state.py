@@ -36,7 +36,7 @@ from tony_py.am.core.events import EventLog
 from tony_py.am.core.fencing import Fences
 from tony_py.am.core.gpus import GpuBook
 from tony_py.am.core.policy import Decision
-from tony_py.am.core.tasks import Task
+from tony_py.am.core.tasks import IllegalTransition, Task
 from tony_py.config.spec import JobSpec, TaskId
 from tony_py.job.records import TaskState
 from tony_py.job.view import JobView, TaskView, dashboards
@@ -59,10 +59,6 @@ TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.FINISHING: frozenset({JobState.DONE}),
     JobState.DONE: frozenset(),
 }
-
-
-class IllegalTransition(RuntimeError):
-    pass
 
 
 class JobCore:

@@ -12,6 +12,7 @@ from tony_py.am.core import policy
 from tony_py.am.core.policy import Action, Decision
 from tony_py.am.core.recovery import Recovery
 from tony_py.am.core.state import JobCore
+from tony_py.am.core.tasks import Ending
 from tony_py.job.records import FailureKind
 
 
@@ -55,7 +56,7 @@ class Watchdog:
         if stop:
             lingering, decision = stop
             for task in lingering:
-                task.stopping = True
+                task.end_copy(Ending.STOPPING)
             self.recovery.finish(decision, status="SUCCEEDED")
 
     def _task_timeouts(self, now: float) -> None:

@@ -1,19 +1,24 @@
-"""The AM's one HTTP server: the executor API and the tracking URL.
+"""The AM's one HTTP server: the executor API and the tracking URL, dispatched from one table.
 
-- /v1/* is the executor API. Every request must be signed with the application's secret and
-  be fresh (tony_py/auth.py); anything else gets 401 and changes nothing. Every answer is
-  signed for the request it answers, so executors can tell the real AM from a stranger.
-  GET /v1/job and /v1/src hand an executor what the job runs (its JobSpec, tony-final.xml,
-  the zipped src_dir when small): a task container then needs no file of this job from HDFS,
-  so its node starts it without a localizer (docs/decisions.md, "Start-up, measured against
-  YARN's own floor"). Not on a Kerberos cluster: there this AM serves no job files (the channel
-  is signed, not encrypted) and YARN localizes them.
-- /status.json and / are the job's status behind YARN's tracking URL. Full detail (hosts,
-  diagnostics, stderr tails, tracebacks) goes to requests that are signed (the client) or that
-  come from YARN's web proxy (which authenticates users on a secure cluster; Hadoop's AmIpFilter
-  trusts the same source addresses); anyone else sees task states only (built once a second).
+`ROUTES` declares every route once: its method and path, who may call it, the request it takes
+(tony_py/net/wire.py: the executor's side builds the same dataclasses) and its handler.
 
-Everything runs on one event loop (tony_py/am/http/httpd.py: why, and what HTTP it speaks):
+- /v1/* is the executor API (`EXECUTOR`). Every request must be signed with the application's
+  secret and be fresh (tony_py/auth.py); anything else gets 401 and changes nothing. Every answer
+  is signed for the request it answers, so executors can tell the real AM from a stranger. A
+  value out of range is a signed 400 naming it (wire.BadRequest). GET /v1/job and /v1/src hand
+  an executor what the job runs (its JobSpec, tony-final.xml, the zipped src_dir when small): a
+  task container then needs no file of this job from HDFS, so its node starts it without a
+  localizer (docs/decisions.md, "Start-up, measured against YARN's own floor"). Not on a Kerberos
+  cluster: there this AM serves no job files (the channel is signed, not encrypted) and YARN
+  localizes them. While the RM is lost, /v1/* answers 503 (no executor's lease is renewed).
+- /status.json and / are the job's status behind YARN's tracking URL (`VIEWER`: anyone). Full
+  detail (hosts, diagnostics, stderr tails, tracebacks) goes to requests that are signed (the
+  client) or that come from YARN's web proxy (which authenticates users on a secure cluster;
+  Hadoop's AmIpFilter trusts the same source addresses); anyone else sees task states only (built
+  once a second).
+
+Everything runs on one event loop (tony_py/net/httpd.py: why, and what HTTP it speaks):
 executor calls are short and answered on the loop; a spec long-poll waits on the loop, woken
 when the coordinator reports a change that can answer it (no thread per waiting executor); the
 page and status.json are built in a small thread pool so a large job's page never delays a
@@ -35,20 +40,19 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import parse_qs
 
-from tony_py.am.http import dashboard
-
 from tony_py.am.core import report
 from tony_py.am.core.coordinator import Coordinator
-from tony_py.am.http.fields import (BadRequest, devices_field, error_field, int_field, metrics_field, seconds_field,
-                              text_field)
-from tony_py.am.http.httpd import HttpServer, Recent, Request, Response
+from tony_py.am.http import dashboard
 from tony_py.auth import REQUEST_HEADER, RESPONSE_HEADER, AuthError, SkewError, Verifier
 from tony_py.frameworks.envplan import SpecAnswer
+from tony_py.net import wire
+from tony_py.net.httpd import HttpServer, Recent, Request, Response
+from tony_py.net.wire import BadRequest
 
 log = logging.getLogger("tony.am.server")
 
 MAX_BODY = 1 << 20
-MAX_LONG_POLL_S = 30.0
+MAX_LONG_POLL_S = wire.MAX_LONG_POLL_S
 REQUEST_TIMEOUT_S = 5.0  # to send a whole request; long-polls wait in the coordinator, not here
 IDLE_TIMEOUT_S = 120.0  # an executor's connection between heartbeats (tony.task.heartbeat-interval-ms)
 PUBLIC_CACHE_S = 1.0  # how stale the anonymous view may be (the page itself refreshes every 2 s)
@@ -129,14 +133,14 @@ class AmHttpServer:
             if not future.done():
                 future.set_result(None)
 
-    async def _wait_spec(self, task: str, attempt: int, container: str, timeout: float):
+    async def _wait_spec(self, call: wire.SpecPoll):
         c = self.coordinator
-        answer = c.try_spec(task, attempt, container)
+        answer = c.try_spec(call)
         if answer is not None:
             return answer
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        c.polling(task, +1)
+        deadline = loop.time() + call.timeout
+        c.polling(call.task, +1)
         try:
             while answer is None:
                 remaining = deadline - loop.time()
@@ -148,10 +152,10 @@ class AmHttpServer:
                     await asyncio.wait_for(future, remaining)
                 except asyncio.TimeoutError:
                     pass
-                answer = c.try_spec(task, attempt, container)
+                answer = c.try_spec(call)
             return answer
         finally:
-            c.polling(task, -1)
+            c.polling(call.task, -1)
 
     # ---- requests -----------------------------------------------------------------------------
     def _handle(self, request: Request):
@@ -160,36 +164,58 @@ class AmHttpServer:
         path = request.path
         if path.startswith("/v1/") and self.coordinator is not None and self.coordinator.rm_lost:
             return _json(503, {"error": self.coordinator.rm_lost})  # renews no executor's lease meanwhile
-        if request.method == "GET":
-            if path in ("/status.json", "/api/status", "/", "/index.html"):
-                return self._status(request, page=path in ("/", "/index.html"))
-            if path == "/v1/spec":
-                return self._spec(request)
-            if path == "/v1/job":
-                return self._job(request)
-            if path == "/v1/src":
-                return self._src_zip(request)
-            return _json(404, {"error": "not found"})
-        if request.method != "POST":
-            return _json(405, {"error": f"{request.method} is not allowed"})
-        if not path.startswith("/v1/"):
-            return _json(404, {"error": "not found"})
+        route = ROUTES.get((request.method, path))
+        if route is None:
+            return self._unrouted(request)
+        if route.caller == VIEWER:
+            return route.handler(self, request)
         nonce = self._verified(request)
         if nonce is None:
             return self._refusal(request)
         try:
-            data = json.loads(request.body or b"{}")
-            if not isinstance(data, dict):
-                raise BadRequest("the body must be a JSON object")
-            answer = self._route(path, data)
-        except (BadRequest, ValueError) as exc:
+            call = route.request.parse(_values(request)) if route.request is not None else None
+            if route.method == "GET":
+                return route.handler(self, request, call, nonce)
+            answer = route.handler(self, call)
+        except ValueError as exc:  # BadRequest, or a value the coordinator refuses
             return self._signed(400, {"error": f"bad request: {exc}"}, nonce)
-        except RecursionError:  # json's parser recurses once per level of nesting
+        except RecursionError:  # a check that walks a deeply nested value (json's recurses per level)
             return self._signed(400, {"error": "bad request: the body is nested too deeply"}, nonce)
         if answer is None:
             return self._signed(404, {"error": "not found"}, nonce)
         return self._signed(200, answer, nonce)
 
+    def _unrouted(self, request: Request) -> Response:
+        if request.method not in ("GET", "POST") or request.path in PATHS:
+            return _json(405, {"error": f"{request.method} is not allowed"})
+        if request.method == "POST" and request.path.startswith("/v1/"):
+            # an executor's call this AM does not know: a signed refusal, which the executor takes as final
+            nonce = self._verified(request)
+            return self._refusal(request) if nonce is None else self._signed(404, {"error": "not found"}, nonce)
+        return _json(404, {"error": "not found"})
+
+    # ---- the executor's calls answered at once: the answer's JSON, or None for 404 ---------------
+    def _register(self, call: wire.Register) -> dict | None:
+        return self.coordinator.register(call)
+
+    def _started(self, call: wire.Started) -> dict | None:
+        return self.coordinator.task_started(call)
+
+    def _heartbeat(self, call: wire.Heartbeat) -> dict | None:
+        answer = self.coordinator.heartbeat(call)
+        offer = self.token_offer() if self.token_offer is not None else None
+        return dict(answer, tokens=offer) if offer and isinstance(answer, dict) else answer
+
+    def _callback(self, call: wire.Callback) -> dict | None:
+        return self.coordinator.callback(call)
+
+    def _tensorboard(self, call: wire.Tensorboard) -> dict | None:
+        return self.coordinator.register_tensorboard(call)
+
+    def _result(self, call: wire.Result) -> dict | None:
+        return self.coordinator.report_result(call)
+
+    # ---- what waits or is built in a thread: answered with a Response -----------------------------
     async def _status(self, request: Request, page: bool) -> Response:
         trusted, nonce = self._viewer(request)
         if not trusted:
@@ -203,18 +229,8 @@ class AmHttpServer:
             self.final_status_served.set()
         return self._signed(200, status, nonce)
 
-    async def _spec(self, request: Request) -> Response:
-        nonce = self._verified(request)
-        if nonce is None:
-            return self._refusal(request)
-        try:
-            q = {k: v[0] for k, v in parse_qs(request.query, strict_parsing=False).items()}
-            task, attempt = text_field(q, "task"), int_field(q, "attempt", 0, 1 << 20)
-            container = text_field(q, "container", "")
-            timeout = seconds_field(q, "timeout", 0.0, MAX_LONG_POLL_S, default=20.0)
-        except BadRequest as exc:
-            return self._signed(400, {"error": f"bad request: {exc}"}, nonce)
-        answer = await self._wait_spec(task, attempt, container, timeout)
+    async def _spec(self, request: Request, call: wire.SpecPoll, nonce: tuple[str, int]) -> Response:
+        answer = await self._wait_spec(call)
         if answer is None:
             return self._signed(204, None, nonce)
         gzipped = "gzip" in request.headers.get("accept-encoding", "")
@@ -224,18 +240,12 @@ class AmHttpServer:
         status = self.status_fn(False)
         return dashboard.render(status) if page else json.dumps(status).encode()
 
-    def _job(self, request: Request) -> Response:
-        nonce = self._verified(request)
-        if nonce is None:
-            return self._refusal(request)
+    def _job(self, request: Request, call: None, nonce: tuple[str, int]) -> Response:
         if self.job_files is None:
             return self._signed(404, {"error": "this AM serves no job files"}, nonce)
         return self._signed(200, self.job_files.job, nonce)
 
-    async def _src_zip(self, request: Request) -> Response:
-        nonce = self._verified(request)
-        if nonce is None:
-            return self._refusal(request)
+    async def _src_zip(self, request: Request, call: None, nonce: tuple[str, int]) -> Response:
         if self.job_files is None or self.job_files.src_zip is None:
             return self._signed(404, {"error": "this AM does not serve the src_dir"}, nonce)
         path, ready = self.job_files.src_zip, self.job_files.src_ready
@@ -250,6 +260,7 @@ class AmHttpServer:
         return Response(200, content_type="application/zip", headers=((RESPONSE_HEADER, signature),),
                         file=path, file_size=size)
 
+    # ---- who asks --------------------------------------------------------------------------------
     def _verified(self, request: Request) -> tuple[str, int] | None:
         """The request's nonce if it is signed with the app secret for this AM and fresh, else None
         (and the reason kept for _refusal)."""
@@ -295,45 +306,6 @@ class AmHttpServer:
             if nonce is not None else ()
         return Response(status, body, content_type, headers + extra)
 
-    def _route(self, path: str, body: dict) -> dict | None:
-        c = self.coordinator
-        task, attempt, container = text_field(body, "task"), int_field(body, "attempt", 0, 1 << 20), text_field(body, "container", "")
-        if path == "/v1/register":
-            return c.register(task, attempt, container, int_field(body, "port", 1, 65535),
-                              int_field(body, "tb_port", 1, 65535, optional=True),
-                              int_field(body, "control_port", 1, 65535, optional=True), devices_field(body))
-        if path == "/v1/started":
-            return c.task_started(task, attempt, container, int_field(body, "pid", 0, 1 << 31, optional=True) or 0)
-        if path == "/v1/heartbeat":
-            answer = c.heartbeat(task, attempt, container, metrics_field(body),
-                                 seconds_field(body, "progress_age_s", 0.0, 1e9, optional=True))
-            offer = self.token_offer() if self.token_offer is not None else None
-            return dict(answer, tokens=offer) if offer and isinstance(answer, dict) else answer
-        if path == "/v1/callback":
-            info = body.get("info")
-            if not isinstance(info, dict) or len(json.dumps(info)) > 4096:
-                raise BadRequest("info must be a small JSON object")
-            return c.callback(task, attempt, container, info)
-        if path == "/v1/tensorboard":
-            url = text_field(body, "url", limit=300)
-            if not url.startswith("http://"):
-                raise BadRequest("url must be an http:// URL")
-            return c.register_tensorboard(task, attempt, container, url)
-        if path == "/v1/result":
-            return c.report_result(
-                task, attempt, container,
-                exit_code=int_field(body, "exit_code", -(1 << 31), (1 << 31) - 1, optional=True),
-                signal=text_field(body, "signal", None, limit=40),
-                stderr_tail=text_field(body, "stderr_tail", "", limit=64 * 1024),
-                error=error_field(body),
-                timed_out=body.get("timed_out") is True,
-                ended_ago_s=seconds_field(body, "ended_ago_s", 0.0, 3600.0, optional=True),
-                metrics=metrics_field(body),
-                fenced=body.get("fenced") is True,
-                preempted=body.get("preempted") is True,
-            )
-        return None
-
 
 def _size_and_digest(path: Path, ready: Callable[[], object] = lambda: None) -> tuple[int, str]:
     """What an answer sending the file is signed with (the file itself is sent by sendfile), once
@@ -346,3 +318,54 @@ def _size_and_digest(path: Path, ready: Callable[[], object] = lambda: None) -> 
 
 def _json(status: int, payload: dict) -> Response:
     return Response(status, json.dumps(payload).encode())
+
+
+def _values(request: Request) -> dict:
+    """What a route's request is parsed from: the JSON body of a POST, the query of a GET."""
+    if request.method == "POST":
+        return wire.decode(request.body)
+    return {k: v[0] for k, v in parse_qs(request.query, strict_parsing=False).items()}
+
+
+# ---- the route table ---------------------------------------------------------------------------------
+EXECUTOR = "executor"  # signed with the app secret and fresh (an executor; the client too), else 401
+VIEWER = "viewer"  # anyone: full detail if signed or relayed by YARN's web proxy, the public view otherwise
+
+
+@dataclass(frozen=True)
+class Route:
+    """One route. Its handler is called as
+    - VIEWER: handler(server, request) -> an awaitable Response;
+    - EXECUTOR, GET: handler(server, request, the parsed request or None, nonce) -> a Response
+      or an awaitable one (the spec long-poll waits on the loop);
+    - EXECUTOR, POST: handler(server, the parsed request) -> the answer's JSON (signed 200), or
+      None (signed 404: not a call this AM knows the task of)."""
+
+    method: str
+    path: str
+    caller: str
+    handler: Callable
+    request: type[wire.Request] | None = None  # from the body (POST) or the query (GET), checked
+
+
+def _call(request: type[wire.Request], handler: Callable) -> Route:
+    return Route(request.METHOD, request.PATH, EXECUTOR, handler, request)
+
+
+_ROUTES = (
+    Route("GET", "/status.json", VIEWER, partial(AmHttpServer._status, page=False)),
+    Route("GET", "/api/status", VIEWER, partial(AmHttpServer._status, page=False)),
+    Route("GET", "/", VIEWER, partial(AmHttpServer._status, page=True)),
+    Route("GET", "/index.html", VIEWER, partial(AmHttpServer._status, page=True)),
+    Route("GET", "/v1/job", EXECUTOR, AmHttpServer._job),
+    Route("GET", "/v1/src", EXECUTOR, AmHttpServer._src_zip),
+    _call(wire.SpecPoll, AmHttpServer._spec),
+    _call(wire.Register, AmHttpServer._register),
+    _call(wire.Started, AmHttpServer._started),
+    _call(wire.Heartbeat, AmHttpServer._heartbeat),
+    _call(wire.Callback, AmHttpServer._callback),
+    _call(wire.Tensorboard, AmHttpServer._tensorboard),
+    _call(wire.Result, AmHttpServer._result),
+)
+ROUTES: dict[tuple[str, str], Route] = {(r.method, r.path): r for r in _ROUTES}
+PATHS = frozenset(r.path for r in _ROUTES)

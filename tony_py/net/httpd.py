@@ -1,4 +1,5 @@
-"""A small HTTP/1.1 server on one asyncio event loop: the transport under the AM's API.
+"""A small HTTP/1.1 server on one asyncio event loop: the transport under the AM's API
+(tony_py/am/http/server.py) and an executor's control endpoint (tony_py/executor/control.py).
 
 Why not the standard library's ThreadingHTTPServer (what the AM used first): a thread and a
 connection per request cost the AM 0.9 ms of CPU per heartbeat, 18 % of a core at 200
@@ -15,16 +16,19 @@ http.client, the client's urllib and requests, browsers behind YARN's proxy):
   a valid signature): HTTP/1.1 connections then stay open between requests (`Connection:
   close` and HTTP/1.0 close them), one request at a time per connection (what arrives
   meanwhile waits in the buffer, at most one more request's worth); any other answer closes
-  its connection, so a stranger gets one answer per connection;
+  its connection, so a stranger gets one answer per connection; a server made with
+  keep_alive=False (the control endpoint) answers one request per connection, signed or not;
 - back-pressure: when a client does not read its answers, above WRITE_HIGH bytes held for it
   the connection stops reading and parsing until the client has taken them (dropped if it
   takes nothing for idle_timeout_s; a closing one, after request_timeout_s);
-- deadlines: a started request must arrive whole within request_timeout_s, and an idle
-  connection is closed after idle_timeout_s (a first request counts as started);
+- deadlines: a started request must arrive whole within request_timeout_s (a connection's first
+  request counts from the connect), and an idle connection is closed after idle_timeout_s; one
+  that overran gets 408 (or, with answer_late=False, is just closed);
 - a connection cap that silent sockets cannot fill: unproven connections (no signed request
   yet) have a share of max_connections and a per-address limit, a newcomer displaces the
   oldest silent one, and the rest of the slots are kept by proven connections
-  (tony_py/am/http/admission.py); a connection that finds no slot gets 503 and is closed.
+  (tony_py/net/admission.py; the control endpoint's policy is another there); a connection that
+  finds no slot gets 503 and is closed.
 
 Anything else gets a 4xx/5xx answer and the connection is closed. Handlers run on the loop and
 answer at once or return an awaitable; blocking work goes through `in_thread`.
@@ -40,11 +44,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Awaitable, Callable
 
-from tony_py.am.http import admission
-from tony_py.am.http.httpmsg import (MAX_HEAD, Handler, HttpError, Request, Response, body_length, error_response,
+from tony_py.net import admission
+from tony_py.net.httpmsg import (MAX_HEAD, Handler, HttpError, Request, Response, body_length, error_response,
                                 parse_head, render)
 
-log = logging.getLogger("tony.am.httpd")
+log = logging.getLogger("tony.httpd")
 
 LINGER_S = 1.0
 SWEEP_S = 0.25
@@ -54,21 +58,26 @@ WRITE_HIGH = 64 * 1024
 
 
 class HttpServer:
-    def __init__(self, address: tuple[str, int], handler: Handler, max_connections: int = 256,
+    def __init__(self, address: tuple[str, int] | socket.socket, handler: Handler, max_connections: int = 256,
                  request_timeout_s: float = 5.0, idle_timeout_s: float = 120.0, max_body: int = 1 << 20,
-                 threads: int = 4):
+                 threads: int = 4, slots: admission.Slots | None = None, keep_alive: bool = True,
+                 answer_late: bool = True, name: str = "am-http"):
         self.handler = handler
+        self.keep_alive = keep_alive  # False: one request per connection, signed or not
+        self.answer_late = answer_late  # a request that did not arrive in time: 408 (else just closed)
         self.max_connections = max_connections
         self.request_timeout_s = request_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self.max_body = max_body
-        # the kernel's accept queue absorbs a whole gang connecting at once (no SYN retries)
-        self.sock = socket.create_server(address, backlog=max(128, min(max_connections, 4096)))
+        # the kernel's accept queue absorbs a whole gang connecting at once (no SYN retries); or a
+        # socket bound already (the control endpoint's: its port is needed before this is imported)
+        self.sock = address if isinstance(address, socket.socket) else \
+            socket.create_server(address, backlog=max(128, min(max_connections, 4096)))
         self.sock.setblocking(False)
         self.loop = asyncio.new_event_loop()
         self.connections: set[_Connection] = set()  # every open one, slot or not (the sweep's)
-        self.admission = admission.Admission(max_connections, own_address=self.sock.getsockname()[0])
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="am-http")
+        self.admission = slots or admission.Admission(max_connections, own_address=self.sock.getsockname()[0])
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name)
         self._serving = threading.Event()
         self._stopped = threading.Event()
 
@@ -159,6 +168,7 @@ class _Connection(asyncio.Protocol):
         self.deadline: float | None = None
         self.closing = False  # answered and half-closed: lingering until the deadline
         self.vouched = False  # the request being answered proved who sent it
+        self.idle = False  # between requests: the next one's deadline starts with its first byte
         self.opened = 0.0
         self.write_paused = False  # the client is not taking its answers
 
@@ -179,7 +189,8 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closing:
             return  # discarded: the answer is out, the connection is ending
-        if not self.buffer and not self.busy:  # a request has started: it must arrive whole in time
+        if self.idle and not self.busy:  # a request has started: it must arrive whole in time
+            self.idle = False
             self.deadline = self.loop.time() + self.server.request_timeout_s
         self.buffer += data
         if not self.busy and not self.write_paused:
@@ -213,7 +224,7 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.abort()
 
-    # ---- its slot (tony_py/am/http/admission.py) ------------------------------------------------------
+    # ---- its slot (tony_py/net/admission.py) ---------------------------------------------------------
     def displaceable(self, now: float, grace_s: float) -> bool:
         """Unproven, and answered already or silent past its grace: a newcomer may have its slot."""
         return self.closing or (not self.busy and now - self.opened >= grace_s)
@@ -230,8 +241,10 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()  # answers the client did not take in time: drop them
         elif self.closing or not self.buffer:
             self.transport.close()  # lingered long enough, or idle: nothing to answer
-        elif not self.busy:
+        elif not self.busy and self.server.answer_late:
             self._refuse(408, "the request did not arrive in time")
+        elif not self.busy:
+            self.transport.abort()  # a stranger's trickle: nothing to tell it
 
     # ---- requests ------------------------------------------------------------------------------
     def _next(self) -> None:
@@ -287,7 +300,7 @@ class _Connection(asyncio.Protocol):
     def _write(self, response: Response, keep_alive: bool) -> None:
         if self.transport.is_closing():
             return
-        keep_alive = keep_alive and self.vouched  # a stranger gets one answer per connection
+        keep_alive = keep_alive and self.vouched and self.server.keep_alive  # a stranger: one answer per connection
         self.transport.write(render(response, keep_alive))
         if response.file is not None:
             self.task = self.loop.create_task(self._send_file(response.file, keep_alive))
@@ -321,6 +334,7 @@ class _Connection(asyncio.Protocol):
             self.deadline = self.loop.time() + self.server.request_timeout_s
             self.loop.call_soon(self._next)  # not from here: a pipelined run would be a stack of calls
         else:
+            self.idle = not self.buffer
             self.deadline = self.loop.time() + self.server.idle_timeout_s
 
     def _refuse(self, status: int, message: str) -> None:

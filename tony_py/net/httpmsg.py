@@ -1,6 +1,7 @@
-"""HTTP/1.1 messages for the AM's server (tony_py/am/http/httpd.py): a request head parsed, an
-answer rendered. Only what the AM's clients send is accepted; anything else is an HttpError
-with the status to answer it with."""
+"""HTTP/1.1 messages for tony_py/net/httpd.py (the wire format, no I/O): a request head parsed, an
+answer rendered. Only what the AM's and an executor's clients send is accepted; anything else is
+an HttpError with the status to answer it with. Kept apart from httpd.py (the connections, on the
+loop) because it is pure: the two together would be over the 400-line cap."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ class Request:
     body: bytes
     peer: str
     # The handler calls this once the request proved who sent it (a valid signature): only then
-    # does its connection stay open after the answer (tony_py/am/http/admission.py).
+    # does its connection stay open after the answer (tony_py/net/admission.py).
     vouch: Callable[[], None] = field(default=lambda: None, repr=False, compare=False)
     refused: Exception | None = field(default=None, repr=False, compare=False)  # why it was not verified
 

@@ -1,10 +1,11 @@
-"""Who may hold one of the AM server's connections (tony_py/am/http/httpd.py).
+"""Who may hold one of an HTTP server's connections (tony_py/net/httpd.py): two policies.
 
-Anyone who can reach the AM's port can open sockets to it. A connection is *unproven* until a
-request on it proves who sent it (tony_py/am/http/server.py: a valid signature), and the answer to a
-request that did not prove itself closes the connection; so an unproven connection is only ever
-sending its first request or being answered, and only proven ones (the executors' and the
-client's keep-alive channels) stay open between requests. Then:
+**The AM's** (`Admission`). Anyone who can reach the AM's port can open sockets to it. A
+connection is *unproven* until a request on it proves who sent it (tony_py/am/http/server.py: a
+valid signature), and the answer to a request that did not prove itself closes the connection;
+so an unproven connection is only ever sending its first request or being answered, and only
+proven ones (the executors' and the client's keep-alive channels) stay open between requests.
+Then:
 
 - unproven connections share max_connections - reserved slots: the reserved slots are kept by
   proven connections only;
@@ -17,6 +18,13 @@ client's keep-alive channels) stay open between requests. Then:
 
 A legitimate client sends its request as soon as it connects, so a socket that stays silent
 loses its slot to the next newcomer instead of locking newcomers out.
+
+**An executor's control endpoint's** (`LastSlot`, tony_py/executor/control.py). Its one
+legitimate client is a new AM attempt, which sends one notification, once, at fail-over; the cap
+is small (8). All slots but the last are anyone's, first come; the last goes to the newest
+connection, displacing whoever holds it without having proved itself (a silent or trickling
+socket). So however many sockets a stranger holds, the AM's notification always gets a slot,
+and once its signature is checked it is not displaced (a newcomer then finds no slot).
 """
 
 from __future__ import annotations
@@ -32,6 +40,16 @@ class Held(Protocol):
     def displaceable(self, now: float, grace_s: float) -> bool: ...
 
     def displace(self) -> None: ...
+
+
+class Slots(Protocol):
+    """A policy: what HttpServer asks of it, on the loop."""
+
+    def admit(self, conn: Held, now: float) -> bool: ...
+
+    def prove(self, conn: Held) -> None: ...
+
+    def release(self, conn: Held) -> None: ...
 
 
 class Admission:
@@ -84,3 +102,33 @@ class Admission:
         self.release(victim)
         victim.displace()
         return True
+
+
+class LastSlot:
+    def __init__(self, max_connections: int):
+        self.max_connections = max_connections
+        self.shared: set[Held] = set()  # max_connections - 1 slots for anyone
+        self.kept: Held | None = None  # the last one: the newest holds it until a signed request keeps it
+        self.proven: set[Held] = set()
+
+    def admit(self, conn: Held, now: float) -> bool:
+        if len(self.shared) < self.max_connections - 1:
+            self.shared.add(conn)
+            return True
+        if self.kept in self.proven:
+            return False  # a signed request is being answered (for milliseconds)
+        if self.kept is not None:  # it has not proved itself: it gives way
+            victim, self.kept = self.kept, None
+            victim.displace()
+        self.kept = conn
+        return True
+
+    def prove(self, conn: Held) -> None:
+        if conn in self.shared or conn is self.kept:
+            self.proven.add(conn)
+
+    def release(self, conn: Held) -> None:
+        self.shared.discard(conn)
+        self.proven.discard(conn)
+        if self.kept is conn:
+            self.kept = None
