@@ -51,6 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tony_py.am.cluster_events import Allocated, Completed, GrantedContainer, Started  # noqa: E402
 from tony_py.auth import MAX_ANSWER, RESPONSE_HEADER, Signer, gunzip  # noqa: E402
 from tony_py.config.spec import JobSpec  # noqa: E402
 from tony_py.net import wire  # noqa: E402
@@ -96,19 +97,19 @@ class InstantPort:
     def request(self, request_id, task_type, count):
         for _ in range(count):
             self.seq += 1
-            self.emit({"type": "allocated", "container": {
-                "id": f"container_sim_{self.seq:06d}", "node_id": f"node{self.seq % 50}:0",
-                "host": f"node{self.seq % 50}.example.com", "node_http": "", "resource": {},
-                "allocation_request_id": request_id, "priority": request_id}})
+            self.emit(Allocated(container=GrantedContainer(
+                id=f"container_sim_{self.seq:06d}", node_id=f"node{self.seq % 50}:0",
+                host=f"node{self.seq % 50}.example.com", node_http="", resource={},
+                allocation_request_id=request_id, priority=request_id)).wire())
 
     def launch(self, container_id, launch_spec):
-        self.emit({"type": "started", "container_id": container_id})
+        self.emit(Started(container_id=container_id).wire())
 
     def cancel_requests(self, request_id):
         pass
 
     def stop(self, container_id):
-        self.emit({"type": "completed", "container_id": container_id, "exit_status": -105, "diagnostics": ""})
+        self.emit(Completed(container_id=container_id, exit_status=-105, state="COMPLETE", diagnostics="").wire())
 
     def release(self, container_id):
         pass
