@@ -114,7 +114,8 @@ def test_the_secure_cluster_config_turns_every_protection_on(tmp_path):
     assert hdfs["dfs.namenode.kerberos.principal"] == "nn/_HOST@TONY.TEST"
     assert yarn["yarn.resourcemanager.principal"] == "rm/_HOST@TONY.TEST"
     assert yarn["yarn.nodemanager.keytab"] == state.kerberos["keytabs"]["services"]
-    assert yarn["yarn.log-aggregation-enable"] == "false"  # needs libhadoop under Kerberos
+    assert yarn["yarn.log-aggregation-enable"] == "true"  # the NodeManagers load libhadoop.so (native.py)
+    assert core["hadoop.security.crypto.codec.classes.aes.ctr.nopadding"].endswith("JceAesCtrCryptoCodec")
     assert "KRB5_CONFIG" in yarn["yarn.nodemanager.env-whitelist"].split(",")
     plain = LocalCluster(tmp_path / "pc")._configure("3.4.3", tmp_path / "lib")
     plain_core = read_xml(Path(plain.conf_dir) / "core-site.xml")

@@ -36,6 +36,8 @@ def node():
 
 @pytest.mark.parametrize("status,body,expected", [
     (500, SECURE_IO, "needs Hadoop's native library (libhadoop.so)"),
+    (500, "Exception reading log file. Application submitted by 'alice' doesn't own requested log file : stdout",
+     "refuses to read it: under Kerberos a NodeManager reads a job's logs only if the job's owner (alice)"),
     (401, "Authentication required", "asks for authentication (SPNEGO)"),
     (403, "", "asks for authentication (SPNEGO)"),
     (503, "busy", "answered HTTP 503"),

@@ -31,6 +31,8 @@ FILES = {"stdout": "attempt-{n}.stdout", "stderr": "attempt-{n}.stderr", "execut
 FOLLOW_POLL_S = 1.0
 _LOG_URL = re.compile(r"^(https?://[^/]+)/node/containerlogs/([^/]+)/([^/?]+)")
 _PRE = re.compile(r"<pre[^>]*>(.*?)</pre>", re.S)
+# The NodeManager's answer when SecureIOUtils finds the file is not the job owner's (ContainerLogsUtils).
+_NOT_OWNER = re.compile(r"(?:Application submitted by|User) '([^']+)' doesn't own requested log file")
 
 
 def log_location(gw, app_id: str, task: str | None, attempt: int | None, which: str) -> tuple[str, str, str, str]:
@@ -104,6 +106,9 @@ def node_log_problem(node: str, container: str, name: str) -> str | None:
             body = exc.read(4096).decode(errors="replace")
         except OSError:
             body = ""
+        refused = _NOT_OWNER.search(body)
+        if refused:
+            return f"the NodeManager at {node} refuses to read it: {owner_refused(refused.group(1))}"
         if "SecureIOUtils" in body:
             return (f"the NodeManager at {node} cannot open container logs: under Kerberos it needs Hadoop's "
                     "native library (libhadoop.so), which it lacks; the cluster's administrator can install it")
@@ -114,6 +119,28 @@ def node_log_problem(node: str, container: str, name: str) -> str | None:
         return None if exc.code == 404 else f"the NodeManager at {node} answered HTTP {exc.code}"
     except (urllib.error.URLError, OSError) as exc:
         return f"the NodeManager at {node} cannot be reached ({getattr(exc, 'reason', exc)})"
+
+
+def owner_refused(owner: str) -> str:
+    """Why a secure cluster keeps a job's logs from its owner, and what an operator does about it."""
+    return (f"under Kerberos a NodeManager reads a job's logs only if the job's owner ({owner}) owns the files, and "
+            "its DefaultContainerExecutor writes them as the NodeManager's own OS user; the cluster's administrator "
+            "can switch the NodeManagers to the LinuxContainerExecutor, which runs containers (and writes their "
+            "logs) as the job's owner")
+
+
+def aggregation_problem(gw, app_id: str, owner: str) -> str | None:
+    """Why YARN's aggregated logs lack the log, where they show it: the RM says aggregation
+    succeeded, yet the app's dir holds no node's file. A node uploads its file only if it could
+    open some log; so none of them could open any."""
+    report = gw.json("read the application report", gw.bridge.report, app_id)
+    if report.get("log_aggregation") != "SUCCEEDED":
+        return None
+    try:
+        nodes = gw.json("list the aggregated logs", gw.bridge.aggregatedLogNodes, app_id, owner)
+    except TonyError:  # unreadable: nothing to tell from them
+        return None
+    return f"YARN aggregated none of the job's logs: {owner_refused(owner)}" if nodes == [] else None
 
 
 def read_aggregated_log(gw, app_id: str, owner: str, container: str, name: str) -> str | None:
@@ -154,7 +181,7 @@ def main(argv: list[str], prog: str = "tony logs") -> int:
                     if "does not exist" not in str(exc):
                         raise
             if text is None:
-                problem = node_log_problem(node, container, name)
+                problem = aggregation_problem(gw, opts.app_id, owner) or node_log_problem(node, container, name)
                 if problem:
                     raise TonyError(f"{name} of {container}: {problem}")
                 raise UsageError(f"{name} of {container}: not on its node and not (yet) in YARN's aggregated logs "

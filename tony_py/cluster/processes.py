@@ -135,7 +135,7 @@ class LocalCluster:
         version = jars.pinned_hadoop_version()
         lib = jars.ensure_hadoop_jars(version)
         if kerberos:
-            secure.kerberos_tools()  # before anything starts: say what to install
+            secure.preflight()  # before anything starts: say what to install, fetch libhadoop.so
         state = self._configure(version, lib, kerberos, ha, recovery)
         self._save_state(state)
         try:
@@ -224,7 +224,7 @@ class LocalCluster:
         cmd = definition.java_command(jvm.java_executable(), daemon, conf_dir, state.lib_dir,
                                       str(self.workdir / "logs"), log_name, str(self.workdir), getpass.getuser())
         if state.kerberos:
-            cmd[1:1] = secure.jvm_options(state.kerberos["krb5_conf"])
+            cmd[1:1] = secure.daemon_jvm_options(state.kerberos, daemon)
         return cmd
 
     def _daemon_env(self, state: ClusterState, conf_dir: str, path_first: str | None = None) -> dict[str, str]:

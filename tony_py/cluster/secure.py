@@ -19,6 +19,10 @@ settings that make every daemon authenticate, authorize and encrypt.
 - NodeManagers keep the DefaultContainerExecutor (the LinuxContainerExecutor's setuid binary is
   not in Maven Central): containers run as the NodeManager's OS user whoever submitted them, so
   tenant isolation on a node is not tested; HDFS and YARN permissions are.
+- NodeManagers load Hadoop's native library (native.py) for SecureIOUtils, so logs are
+  aggregated. SecureIOUtils reads a job's logs only if the job's owner owns the files, and here
+  the daemons' OS user owns them all: logs come back for jobs of the daemons' principals (mapped
+  to that user), not for alice's or bob's; `tony logs` says why (docs/kerberos.md#logs).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tony_py.bridge import jvm
+from tony_py.cluster import native
 from tony_py.errors import SetupError
 
 REALM = "TONY.TEST"
@@ -72,6 +77,13 @@ def principal(name: str, host: str = HOSTS[0]) -> str:
 
 def service_principals() -> tuple[str, ...]:
     return tuple(principal(s, h) for s in SERVICES for h in HOSTS)
+
+
+def preflight() -> None:
+    """What a secure cluster needs from this machine, asked before anything starts: Kerberos'
+    tools, and Hadoop's native library (fetched on first use)."""
+    kerberos_tools()
+    native.ensure_native_lib()
 
 
 def kerberos_tools() -> tuple[str, str]:
@@ -200,6 +212,8 @@ def site_properties(services_keytab: str, daemon_user: str, lifetimes: Lifetimes
         "hadoop.security.authorization": "true",
         "hadoop.rpc.protection": "privacy",
         "hadoop.security.auth_to_local": to_local,
+        # The NodeManagers' libhadoop.so (3.3.5) does not match 3.4's OpensslCipher: the JDK's codec only.
+        "hadoop.security.crypto.codec.classes.aes.ctr.nopadding": "org.apache.hadoop.crypto.JceAesCtrCryptoCodec",
     }
     token = {"renew": lifetimes.token_renew_s * 1000, "max": lifetimes.token_max_s * 1000}
     hdfs = {
@@ -236,16 +250,23 @@ def site_properties(services_keytab: str, daemon_user: str, lifetimes: Lifetimes
             min(3 * 3600, lifetimes.token_max_s // 3) * 1000,
     }
     # Under Kerberos a NodeManager opens container logs with SecureIOUtils, which needs Hadoop's
-    # native library (libhadoop.so, not on Maven Central): without it aggregation kills the
-    # NodeManager and its log pages answer HTTP 500. So no aggregation here, and no log pages:
-    # `tony logs` and YARN's log links are untested on this cluster (a real one ships libhadoop).
+    # native library: the NodeManagers load it (daemon_jvm_options), so logs are aggregated.
     return {"core_security": _props(core), "hdfs_security": _props(hdfs), "yarn_security": _props(yarn),
-            "log_aggregation": "false"}
+            "log_aggregation": "true"}
 
 
 def jvm_options(krb5_conf: str) -> list[str]:
     """The JDK does not read KRB5_CONFIG: every daemon JVM is told where the realm's krb5.conf is."""
     return [f"-Djava.security.krb5.conf={krb5_conf}"]
+
+
+def daemon_jvm_options(krb: dict, daemon: str) -> list[str]:
+    """A daemon's options on a secure cluster: the krb5.conf, and for a NodeManager (the one
+    daemon that needs it) Hadoop's native library, verified again before each start."""
+    opts = jvm_options(krb["krb5_conf"])
+    if daemon == "nodemanager":
+        opts.append(f"-Djava.library.path={native.ensure_native_lib()}")
+    return opts
 
 
 # ---- HDFS as its superuser -----------------------------------------------------------------------

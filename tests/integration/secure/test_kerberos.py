@@ -76,12 +76,12 @@ def test_pytorch_tasks_read_and_write_hdfs_with_their_tokens_only(cluster, tony,
     for i in range(2):
         text = gw.call("read output", gw.fs.readText, f"{base}/out/worker-{i}.txt")
         assert text == f"worker-{i} read forty-two\n"
-    # The NodeManagers here lack libhadoop.so (docs/kerberos.md): `tony logs`, as alice, finds the
-    # task in her history and says why its node cannot hand the log over, not that it has none.
+    # The daemons' OS user owns every log here (docs/kerberos.md#logs): `tony logs`, as alice, finds
+    # the task in her history and says why she cannot have its log, not that it has none.
     logs = subprocess.run([PYTHON, "-m", "tony_py.cli", "logs", run.app_id], capture_output=True, text=True,
                           env=cluster.env(), cwd=ROOT, timeout=120)
     assert logs.returncode == 1, logs.stdout + logs.stderr
-    assert "needs Hadoop's native library (libhadoop.so)" in logs.stderr, logs.stderr
+    assert "job's owner (alice)" in logs.stderr and "LinuxContainerExecutor" in logs.stderr, logs.stderr
 
 
 def test_pytorch_ddp_example_trains_with_a_ticket_cache(cluster, tony):
@@ -215,8 +215,7 @@ def strip_rm_token(cluster, tokens: str) -> str:
 
 
 def test_a_second_user_cannot_read_the_first_users_staging_dir_or_history(cluster, tony, probe_args, tmp_path):
-    """(`tony logs` is not tested here: a NodeManager under Kerberos reads container logs with
-    SecureIOUtils, which needs Hadoop's native library, not on Maven Central; secure.py.)"""
+    """(`tony logs` on this cluster: test_logs.py.)"""
     run = tony(*probe_args("tony.worker.instances=1", params="--sleep worker:0:20"), "--detach")
     assert run.rc == 0 and run.app_id, run.output[-2000:]
     staging = f"/user/alice/.tony/{run.app_id}"

@@ -416,6 +416,7 @@ public final class ClientBridge {
     out.put("progress", r.getProgress());
     out.put("user", r.getUser());
     out.put("queue", r.getQueue());
+    out.put("log_aggregation", r.getLogAggregationStatus() == null ? null : r.getLogAggregationStatus().toString());
     out.put(
         "attempt_id",
         r.getCurrentApplicationAttemptId() == null ? null : r.getCurrentApplicationAttemptId().toString());
@@ -456,6 +457,30 @@ public final class ClientBridge {
     try (java.io.OutputStream out = new java.io.FileOutputStream(localPath)) {
       return controller.readAggregatedLogs(request, out);
     }
+  }
+
+  /**
+   * The names of the per-node files in the application's aggregated-log dir, as a JSON list; null
+   * if it has no such dir. An empty dir once the RM reports aggregation SUCCEEDED: every node
+   * uploaded nothing, because its NodeManager could open none of the logs (under Kerberos,
+   * SecureIOUtils' owner check: a node then deletes its temporary file instead of keeping it).
+   */
+  public String aggregatedLogNodes(String appId, String owner) throws IOException {
+    ApplicationId id = ApplicationId.fromString(appId);
+    for (org.apache.hadoop.yarn.logaggregation.filecontroller.LogAggregationFileController controller :
+        new org.apache.hadoop.yarn.logaggregation.filecontroller.LogAggregationFileControllerFactory(conf)
+            .getConfiguredLogAggregationFileControllerList()) {
+      org.apache.hadoop.fs.Path dir = controller.getRemoteAppLogDir(id, owner);
+      org.apache.hadoop.fs.FileSystem fs = dir.getFileSystem(conf);
+      if (fs.exists(dir)) {
+        List<String> names = new ArrayList<>();
+        for (org.apache.hadoop.fs.FileStatus status : fs.listStatus(dir)) {
+          names.add(status.getPath().getName());
+        }
+        return Json.write(names);
+      }
+    }
+    return null;
   }
 
   public void kill(String appId, String diagnostics) throws IOException, YarnException {
