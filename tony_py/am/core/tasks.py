@@ -34,15 +34,17 @@ from tony_py.job.records import Container, Failure, TaskState
 
 S = TaskState
 _ENDS = frozenset({S.SUCCEEDED, S.FAILED, S.PREEMPTED, S.STOPPED})
+# A task with a container moves forward only, but may skip states: what the AM knows can lag
+# behind its executor (the NodeManager's "started" arrives after the registration; a later AM
+# attempt adopts a task from a snapshot written before its executor registered, or started, or
+# finished; an executor reports an attempt this AM attempt never ordered and the gang catches
+# up). REGISTERED and RUNNING again: a call repeated after its answer was lost.
 TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     S.PENDING: frozenset({S.ALLOCATED, S.PARKED, S.STOPPED}),
-    # REGISTERED: the executor can reach the AM before the NodeManager's "started" does.
-    S.ALLOCATED: frozenset({S.LAUNCHED, S.REGISTERED}) | _ENDS - {S.SUCCEEDED},
-    S.LAUNCHED: frozenset({S.REGISTERED}) | _ENDS - {S.SUCCEEDED},
-    # REGISTERED again: a registration repeated (its answer lost); SUCCEEDED: a result before any
-    # "started" (the process ended at once and the started call was refused or lost).
+    S.ALLOCATED: frozenset({S.LAUNCHED, S.REGISTERED, S.RUNNING}) | _ENDS,
+    S.LAUNCHED: frozenset({S.REGISTERED, S.RUNNING}) | _ENDS,
     S.REGISTERED: frozenset({S.REGISTERED, S.RUNNING}) | _ENDS,
-    S.RUNNING: frozenset({S.RUNNING}) | _ENDS,  # RUNNING again: a "started" repeated
+    S.RUNNING: frozenset({S.RUNNING}) | _ENDS,
     S.SUCCEEDED: frozenset(), S.FAILED: frozenset(), S.PREEMPTED: frozenset(), S.STOPPED: frozenset(),
     S.PARKED: frozenset(),
 }
