@@ -130,7 +130,7 @@ class Harness:
 
     # ---- the executor API's calls, as the AM's server makes them (typed: tony_py/net/wire.py) ----
     def register(self, name, attempt, container, port, tb_port=None, control_port=None, gpus=None):
-        return self.c.register(wire.Register(task=name, attempt=attempt, container=container, port=port,
+        return self.c.answer(wire.Register(task=name, attempt=attempt, container=container, port=port,
                                              tb_port=tb_port, control_port=control_port, gpus=gpus))
 
     def try_spec(self, name, attempt, container):
@@ -140,20 +140,20 @@ class Harness:
         return self.c.wait_spec(wire.SpecPoll(task=name, attempt=attempt, container=container, timeout=timeout))
 
     def task_started(self, name, attempt, container, pid):
-        return self.c.task_started(wire.Started(task=name, attempt=attempt, container=container, pid=pid))
+        return self.c.answer(wire.Started(task=name, attempt=attempt, container=container, pid=pid))
 
     def callback(self, name, attempt, container, info):
-        return self.c.callback(wire.Callback(task=name, attempt=attempt, container=container, info=info))
+        return self.c.answer(wire.Callback(task=name, attempt=attempt, container=container, info=info))
 
     def register_tensorboard(self, name, attempt, container, url):
-        return self.c.register_tensorboard(wire.Tensorboard(task=name, attempt=attempt, container=container, url=url))
+        return self.c.answer(wire.Tensorboard(task=name, attempt=attempt, container=container, url=url))
 
     def heartbeat(self, name, attempt, container, metrics=None, progress_age_s=None):
-        return self.c.heartbeat(wire.Heartbeat(task=name, attempt=attempt, container=container, metrics=metrics,
+        return self.c.answer(wire.Heartbeat(task=name, attempt=attempt, container=container, metrics=metrics,
                                                progress_age_s=progress_age_s))
 
     def report_result(self, name, attempt, container, exit_code, signal, stderr_tail="", **details):
-        return self.c.report_result(wire.Result(task=name, attempt=attempt, container=container, exit_code=exit_code,
+        return self.c.answer(wire.Result(task=name, attempt=attempt, container=container, exit_code=exit_code,
                                                 signal=signal, stderr_tail=stderr_tail, **details))
 
     def result(self, name, code=0, signal=None, attempt=0, stderr=""):

@@ -32,7 +32,7 @@ def test_the_pinned_file_must_also_load_on_this_machine(tmp_path, monkeypatch):
 
 
 def test_only_the_nodemanagers_get_the_native_library(monkeypatch):
-    monkeypatch.setattr(native, "ensure_native_lib", lambda: Path("/cache/native"))
+    monkeypatch.setattr(native, "lib_dir", lambda: Path("/cache/native"))
     krb = {"krb5_conf": "/k/krb5.conf"}
     assert secure.daemon_jvm_options(krb, "nodemanager") == ["-Djava.security.krb5.conf=/k/krb5.conf",
                                                              "-Djava.library.path=/cache/native"]

@@ -262,10 +262,11 @@ def jvm_options(krb5_conf: str) -> list[str]:
 
 def daemon_jvm_options(krb: dict, daemon: str) -> list[str]:
     """A daemon's options on a secure cluster: the krb5.conf, and for a NodeManager (the one
-    daemon that needs it) Hadoop's native library, verified again before each start."""
+    daemon that needs it) Hadoop's native library, which preflight() fetched and verified as the
+    cluster came up (not again per daemon: each check hashes the file and loads it in a child)."""
     opts = jvm_options(krb["krb5_conf"])
     if daemon == "nodemanager":
-        opts.append(f"-Djava.library.path={native.ensure_native_lib()}")
+        opts.append(f"-Djava.library.path={native.lib_dir()}")
     return opts
 
 

@@ -3,7 +3,7 @@ lock.
 
 Inputs arrive from three places:
 - RM/NM events relayed by the JVM (on_allocated, on_started, on_completed, …), handled here;
-- executor calls through the HTTP API (register, try_spec, heartbeat, report_result, …),
+- executor calls through the HTTP API (`answer` for those answered at once, `try_spec`),
   handled by the executor protocol (protocol.py);
 - the main loop's clock (tick), which switches on the job's state: the watchdog (watchdog.py)
   while the job is undecided, the end of FINISHING after a verdict.
@@ -290,9 +290,11 @@ class Coordinator(JobCore):
                 self.recovery.finish(Decision(Action.FAIL, message), status="FAILED")
 
     # ---- executor API (protocol.py), each call under the lock ---------------------------------
-    def register(self, call: wire.Register) -> dict:
+    def answer(self, call: wire.Call) -> dict:
+        """An executor's call answered at once (register, started, heartbeat, callback,
+        tensorboard, result): ExecutorProtocol.answer."""
         with self.lock:
-            return self.protocol.register(call)
+            return self.protocol.answer(call)
 
     def try_spec(self, call: wire.SpecPoll) -> SpecAnswer | dict | None:
         with self.lock:
@@ -318,26 +320,6 @@ class Coordinator(JobCore):
                     self.cond.wait(remaining)
                 finally:
                     self.polling(call.task, -1)
-
-    def task_started(self, call: wire.Started) -> dict:
-        with self.lock:
-            return self.protocol.task_started(call)
-
-    def callback(self, call: wire.Callback) -> dict:
-        with self.lock:
-            return self.protocol.callback(call)
-
-    def register_tensorboard(self, call: wire.Tensorboard) -> dict:
-        with self.lock:
-            return self.protocol.register_tensorboard(call)
-
-    def heartbeat(self, call: wire.Heartbeat) -> dict:
-        with self.lock:
-            return self.protocol.heartbeat(call)
-
-    def report_result(self, call: wire.Result) -> dict:
-        with self.lock:
-            return self.protocol.report_result(call)
 
     # ---- AM fail-over (adoption.py) --------------------------------------------------------------
     def snapshot(self) -> AmSnapshot:

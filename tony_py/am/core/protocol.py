@@ -39,6 +39,10 @@ class ExecutorProtocol:
         self._stage_tasks: tuple | None = None  # (stage, its tasks): gang_complete
         self._holdout = 0  # where gang_complete found the gang incomplete last
 
+    def answer(self, call: wire.Call) -> dict:
+        """The answer to an executor's call that is answered at once (not the spec long-poll)."""
+        return _ANSWERS[type(call)](self, call)
+
     # ---- which copy of a task is calling, and is it current --------------------------------
     def lookup(self, call: wire.Call, alive: bool = True) -> tuple[Task | None, dict | None]:
         """The task an executor call is about, and what to answer instead if the call is stale.
@@ -340,3 +344,8 @@ class ExecutorProtocol:
             message += policy.TOKENS_EXPIRED_HINT
         self.recovery.fail(task, kind, message, exit_code=call.exit_code, signal=call.signal,
                            stderr_tail=call.stderr_tail, error=error, when=task.finished_at)
+
+
+_ANSWERS = {wire.Register: ExecutorProtocol.register, wire.Started: ExecutorProtocol.task_started,
+            wire.Heartbeat: ExecutorProtocol.heartbeat, wire.Callback: ExecutorProtocol.callback,
+            wire.Tensorboard: ExecutorProtocol.register_tensorboard, wire.Result: ExecutorProtocol.report_result}

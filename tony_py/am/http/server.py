@@ -195,25 +195,13 @@ class AmHttpServer:
         return _json(404, {"error": "not found"})
 
     # ---- the executor's calls answered at once: the answer's JSON, or None for 404 ---------------
-    def _register(self, call: wire.Register) -> dict | None:
-        return self.coordinator.register(call)
-
-    def _started(self, call: wire.Started) -> dict | None:
-        return self.coordinator.task_started(call)
+    def _answer(self, call: wire.Call) -> dict | None:
+        return self.coordinator.answer(call)
 
     def _heartbeat(self, call: wire.Heartbeat) -> dict | None:
-        answer = self.coordinator.heartbeat(call)
+        answer = self.coordinator.answer(call)
         offer = self.token_offer() if self.token_offer is not None else None
         return dict(answer, tokens=offer) if offer and isinstance(answer, dict) else answer
-
-    def _callback(self, call: wire.Callback) -> dict | None:
-        return self.coordinator.callback(call)
-
-    def _tensorboard(self, call: wire.Tensorboard) -> dict | None:
-        return self.coordinator.register_tensorboard(call)
-
-    def _result(self, call: wire.Result) -> dict | None:
-        return self.coordinator.report_result(call)
 
     # ---- what waits or is built in a thread: answered with a Response -----------------------------
     async def _status(self, request: Request, page: bool) -> Response:
@@ -360,12 +348,12 @@ _ROUTES = (
     Route("GET", "/v1/job", EXECUTOR, AmHttpServer._job),
     Route("GET", "/v1/src", EXECUTOR, AmHttpServer._src_zip),
     _call(wire.SpecPoll, AmHttpServer._spec),
-    _call(wire.Register, AmHttpServer._register),
-    _call(wire.Started, AmHttpServer._started),
+    _call(wire.Register, AmHttpServer._answer),
+    _call(wire.Started, AmHttpServer._answer),
     _call(wire.Heartbeat, AmHttpServer._heartbeat),
-    _call(wire.Callback, AmHttpServer._callback),
-    _call(wire.Tensorboard, AmHttpServer._tensorboard),
-    _call(wire.Result, AmHttpServer._result),
+    _call(wire.Callback, AmHttpServer._answer),
+    _call(wire.Tensorboard, AmHttpServer._answer),
+    _call(wire.Result, AmHttpServer._answer),
 )
 ROUTES: dict[tuple[str, str], Route] = {(r.method, r.path): r for r in _ROUTES}
 PATHS = frozenset(r.path for r in _ROUTES)
