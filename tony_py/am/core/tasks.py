@@ -7,9 +7,11 @@ one copy of the task (one container, one executor):
     PENDING ─granted─▶ ALLOCATED ─NM started─▶ LAUNCHED ─registered─▶ REGISTERED ─started─▶ RUNNING
        │                   └──────registered (before the NM's word)──────▲                 │
        ├─▶ PARKED (a smaller gang went on without it)                                      │
-       └─▶ STOPPED (the job ended first)     any live state ─▶ SUCCEEDED | FAILED | PREEMPTED | STOPPED
+       └─▶ STOPPED (the job ended first)  with a container ─▶ SUCCEEDED | FAILED | PREEMPTED | STOPPED
 
-`Task.enter(state, why)` moves along TRANSITIONS and raises IllegalTransition on anything else;
+A task with a container may also skip forward (the AM's view can lag behind its executor: see
+TRANSITIONS), never back. `Task.enter(state, why)` moves along TRANSITIONS and raises
+IllegalTransition on anything else;
 the five end states are final for that copy. Only two things start a task over, both on purpose
 and both here: `start_over` (a gang restart's new attempt, or a replacement copy within one) and
 `restore` (a later AM attempt taking the task over from the snapshot, on an untouched task).
