@@ -34,7 +34,7 @@ def default_cluster_workdir(kind: str = "processes") -> Path:
     """Where `tony cluster up` keeps a cluster's state when no --workdir is given."""
     base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
     return Path(base) / "tony-py" / {"docker": "docker-cluster", "secure": "secure-cluster", "ha": "ha-cluster",
-                                           "docker-ha": "docker-ha-cluster"}.get(kind, "cluster")
+                                           "docker-ha": "docker-ha-cluster", "docker-secure": "docker-secure-cluster"}.get(kind, "cluster")
 
 
 def locate_jar() -> Path:

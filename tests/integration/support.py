@@ -43,13 +43,16 @@ class Cluster:
     nodemanagers: list[dict] = field(default_factory=list)
     launcher: object | None = None  # the DockerCluster, for the multi-host tests
     rm_webs: list[str] = field(default_factory=list)  # an HA pair's RMs: REST goes to the active one
+    # What asks the RM's REST API: requests, or on a cluster whose web UIs want Kerberos a
+    # spnego.Session with the superuser's credentials (secure/conftest.py).
+    http: object = field(default=requests, repr=False)
 
     def rm(self) -> str:
         """The web address of the RM that serves REST now: the active one of an HA pair (a standby
         redirects, a dead one does not answer), else the only one."""
         for url in self.rm_webs:
             try:
-                if requests.get(f"{url}/ws/v1/cluster/info", timeout=2).json()["clusterInfo"]["haState"] == "ACTIVE":
+                if self.http.get(f"{url}/ws/v1/cluster/info", timeout=2).json()["clusterInfo"]["haState"] == "ACTIVE":
                     return url
             except (requests.RequestException, ValueError, KeyError):
                 continue
@@ -65,13 +68,13 @@ class Cluster:
     # ---- YARN --------------------------------------------------------------------------------
     def apps(self, states: str | None = None) -> list[dict]:
         url = f"{self.rm()}/ws/v1/cluster/apps" + (f"?states={states}" if states else "")
-        return ((requests.get(url, timeout=5).json().get("apps") or {}).get("app")) or []
+        return ((self.http.get(url, timeout=5).json().get("apps") or {}).get("app")) or []
 
     def app(self, app_id: str) -> dict:
-        return requests.get(f"{self.rm()}/ws/v1/cluster/apps/{app_id}", timeout=5).json()["app"]
+        return self.http.get(f"{self.rm()}/ws/v1/cluster/apps/{app_id}", timeout=5).json()["app"]
 
     def nodes(self) -> list[dict]:
-        return requests.get(f"{self.rm()}/ws/v1/cluster/nodes", timeout=5).json()["nodes"]["node"]
+        return self.http.get(f"{self.rm()}/ws/v1/cluster/nodes", timeout=5).json()["nodes"]["node"]
 
     def gpu_node_id(self) -> str:
         for node in self.nodes():
@@ -383,6 +386,19 @@ def clean_up(cluster: Cluster, left: dict) -> None:
     wait_for(lambda: not cluster.apps("NEW,NEW_SAVING,SUBMITTED,ACCEPTED,RUNNING"), 60, "leftover apps to end")
     for name in cluster.staging_dirs():
         cluster.hdfs_delete(f"/user/{USER}/.tony/{name}")
+
+
+# ---- a Docker engine --------------------------------------------------------------------------------
+def need_docker_engine(what: str) -> None:
+    """Skip with the reason where this machine has no Docker engine, or fail where
+    TONY_TEST_DOCKER=required (CI: the multi-host tests must run there)."""
+    from tony_py.cluster.engine import engine_available
+
+    usable, why = engine_available()
+    if not usable:
+        if os.environ.get("TONY_TEST_DOCKER") == "required":
+            pytest.fail(f"TONY_TEST_DOCKER=required, but {why}", pytrace=False)
+        pytest.skip(f"no Docker engine for {what}: {why}")
 
 
 # ---- a real browser ----------------------------------------------------------------------------------

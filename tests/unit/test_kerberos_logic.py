@@ -146,6 +146,54 @@ def test_token_lifetimes_come_from_the_environment_for_renewal_tests(monkeypatch
     assert "<name>yarn.resourcemanager.system-credentials.valid-time-remaining</name><value>10800000</value>" in production
 
 
-def test_secure_and_docker_together_is_exit_2(capsys):
-    assert cli.main(["up", "--secure", "--docker"]) == 2
-    assert "--secure is for the process cluster" in capsys.readouterr().err
+def test_secure_and_ha_together_is_exit_2_on_either_launcher(capsys):
+    assert cli.main(["up", "--secure", "--ha"]) == 2
+    assert cli.main(["up", "--secure", "--ha", "--docker"]) == 2
+    assert "--ha and --secure together are not supported yet" in capsys.readouterr().err
+
+
+def test_the_web_uis_want_spnego_on_both_secure_clusters(tmp_path):
+    """One host: every HTTP/ key of the keytab (its servers bind 127.0.0.1, clients ask for
+    HTTP/localhost); across hosts: HTTP/_HOST, each daemon its own host's."""
+    state = LocalCluster(tmp_path / "sc")._configure("3.4.3", tmp_path / "lib", kerberos=True)
+    core = read_xml(Path(state.conf_dir) / "core-site.xml")
+    assert core["hadoop.http.authentication.type"] == "kerberos"
+    assert core["hadoop.http.authentication.simple.anonymous.allowed"] == "false"
+    assert core["hadoop.http.filter.initializers"] == "org.apache.hadoop.security.AuthenticationFilterInitializer"
+    assert core["hadoop.http.authentication.kerberos.principal"] == "*"
+    yarn = read_xml(Path(state.conf_dir) / "yarn-site.xml")
+    assert yarn["yarn.nodemanager.webapp.spnego-principal"] == "*"
+    across = secure.site_properties(secure.HOST_KEYTAB, "u", secure.Lifetimes(), http="HTTP/_HOST@TONY.TEST",
+                                    dn="dn/_HOST@TONY.TEST")
+    assert "<name>hadoop.http.authentication.kerberos.principal</name><value>HTTP/_HOST@TONY.TEST</value>" in \
+        across["core_security"]
+    assert "<name>dfs.datanode.kerberos.principal</name><value>dn/_HOST@TONY.TEST</value>" in across["hdfs_security"]
+    assert f"<name>yarn.nodemanager.keytab</name><value>{secure.HOST_KEYTAB}</value>" in across["yarn_security"]
+
+
+def test_across_hosts_every_host_has_its_own_principals_keytab_and_the_kdc_by_name(tmp_path):
+    from tony_py.cluster.docker import DockerCluster
+
+    cluster = DockerCluster(tmp_path / "dc")
+    state = cluster._configure("3.4.3", tmp_path / "lib", "tony-py-node:test", 2, kerberos=True)
+    krb = state.kerberos
+    host = {n.name: n.hostname for n in state.nodes}
+    assert host["kdc"].startswith("kdc.")
+    assert krb["keytab_principals"]["namenode"] == (f"nn/{host['namenode']}@TONY.TEST", f"HTTP/{host['namenode']}@TONY.TEST")
+    assert krb["keytab_principals"]["nodemanager2"] == (f"nm/{host['nodemanager2']}@TONY.TEST",
+                                                        f"HTTP/{host['nodemanager2']}@TONY.TEST")
+    assert krb["keytab_principals"]["alice"] == ("alice@TONY.TEST",)
+    assert "kdc" not in krb["keytab_principals"]  # the KDC's container has no principal of its own
+    assert len(set(krb["keytabs"].values())) == len(krb["keytabs"])  # a keytab each
+    assert krb["superuser"] == {"principal": f"nn/{host['namenode']}@TONY.TEST", "keytab": krb["keytabs"]["namenode"]}
+    assert set(krb["principals"]) == {p for name, ps in krb["keytab_principals"].items()
+                                      if name not in secure.USERS for p in ps}
+    conf = Path(krb["krb5_conf"]).read_text()
+    assert f"kdc = {host['kdc']}:{secure.KDC_PORT}" in conf and "default_realm = TONY.TEST" in conf
+    assert secure.kdc_address(krb) == f"{host['kdc']}:{secure.KDC_PORT}"
+    status = secure.status(krb)
+    assert {"krb5_conf", "user_principal", "user_keytab", "kdc"} <= set(status)
+    mounts = cluster._mounts(state, state.node("nodemanager1"))
+    assert f"{krb['keytabs']['nodemanager1']}:{secure.HOST_KEYTAB}:ro" in mounts
+    assert f"{krb['krb5_conf']}:/etc/krb5.conf:ro" in mounts
+    assert not any(krb["keytabs"]["namenode"] in m for m in mounts)  # no other host's keys

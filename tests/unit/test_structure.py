@@ -20,7 +20,8 @@ LONG_MODULES: dict[str, str] = {}
 # Each room may import its own modules and those of lower layers, never a higher one.
 LAYERS = [
     # shared helpers; net: the HTTP the AM and the executors speak (transport, the executor API's requests)
-    {"tony_py", "errors", "paths", "timeline", "task", "appsecret", "auth", "net"},
+    {"tony_py", "errors", "paths", "timeline", "task", "appsecret", "auth", "net",
+     "spnego"},  # spnego: HTTP to the daemons' web UIs, with Kerberos where they ask
     {"config"},  # the job's configuration and spec
     {"job", "frameworks", "web", "bridge"},  # the job's records; env per framework; page style; the JVM
     {"history", "executor", "cluster", "advice"},  # advice: read by the AM (its page, history) and the client

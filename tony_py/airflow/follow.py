@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import requests
 
+from tony_py import spnego
 from tony_py.airflow.rules import FollowState
 from tony_py.auth import AuthError, Signer, call_json, client_principal
 from tony_py.client.job import FINAL_STATES
@@ -20,13 +21,15 @@ HTTP_TIMEOUT_S = 5.0
 _END_KEYS = ("state", "final_status", "diagnostics", "root_cause", "restarts_used", "infra_restarts_used")
 
 
-def rm_app(rm_urls: list[str], app_id: str) -> dict:
+def rm_app(rm_urls: list[str], app_id: str, http=None) -> dict:
     """The ResourceManager's view of the application (the first RM of an HA pair that answers
-    with it). Raises OSError when none does."""
+    with it), asked with the worker's Kerberos ticket where the RM's web UI wants one (SPNEGO).
+    Raises OSError when none does."""
+    http = http or spnego.session()
     errors = []
     for url in rm_urls:
         try:
-            resp = requests.get(f"{url.rstrip('/')}/ws/v1/cluster/apps/{app_id}", timeout=HTTP_TIMEOUT_S,
+            resp = http.get(f"{url.rstrip('/')}/ws/v1/cluster/apps/{app_id}", timeout=HTTP_TIMEOUT_S,
                                 headers={"Accept": "application/json"})
             if resp.status_code == 200 and isinstance(resp.json().get("app"), dict):
                 return resp.json()["app"]

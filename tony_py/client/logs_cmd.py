@@ -15,10 +15,11 @@ import re
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+import requests
+
+from tony_py import spnego
 from tony_py.auth import AuthError, Signer, call_json, client_principal
 from tony_py.bridge.gateway import ClientGateway
 from tony_py.client.flags import Parser
@@ -29,6 +30,7 @@ from tony_py.history.store import HistoryStore
 
 FILES = {"stdout": "attempt-{n}.stdout", "stderr": "attempt-{n}.stderr", "executor": "executor.log", "am": "am.log"}
 FOLLOW_POLL_S = 1.0
+AGGREGATION_WAIT_S = 60.0  # a job that just ended: its NodeManagers upload its logs within seconds
 _LOG_URL = re.compile(r"^(https?://[^/]+)/node/containerlogs/([^/]+)/([^/?]+)")
 _PRE = re.compile(r"<pre[^>]*>(.*?)</pre>", re.S)
 # The NodeManager's answer when SecureIOUtils finds the file is not the job owner's (ContainerLogsUtils).
@@ -80,45 +82,41 @@ def _tasks_running(gw, app_id: str, report: dict) -> tuple[list[dict], str | Non
     return rows, status.get("am_log_url"), chief
 
 
-def read_node_log(node: str, container: str, owner: str, name: str, start: int = 0) -> str | None:
-    """From the NodeManager's web page (it takes a byte offset); None if it no longer has it."""
+def read_node_log(http, node: str, container: str, owner: str, name: str, start: int = 0) -> str | None:
+    """From the NodeManager's web page (it takes a byte offset); None if it no longer has it, or
+    would not hand it over (node_log_problem says why)."""
     url = f"{node}/node/containerlogs/{container}/{owner}/{name}/?start={start}"
     try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            page = resp.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError):
+        resp = http.get(url, timeout=10)
+    except requests.RequestException:
         return None
+    page = resp.text if resp.status_code == 200 else ""
     blocks = _PRE.findall(page)
     if not blocks or "No logs available" in page or "Logs not available" in page:
         return None
     return html.unescape(blocks[0])
 
 
-def node_log_problem(node: str, container: str, name: str) -> str | None:
+def node_log_problem(http, node: str, container: str, name: str) -> str | None:
     """Why the NodeManager did not hand the log over, where it said so (asked through its REST
     API, whose error names the cause), for the error message; None when it simply has no such log."""
     url = f"{node}/ws/v1/node/containerlogs/{container}/{name}"
     try:
-        with urllib.request.urlopen(url, timeout=10):
-            return None
-    except urllib.error.HTTPError as exc:
-        try:
-            body = exc.read(4096).decode(errors="replace")
-        except OSError:
-            body = ""
-        refused = _NOT_OWNER.search(body)
-        if refused:
-            return f"the NodeManager at {node} refuses to read it: {owner_refused(refused.group(1))}"
-        if "SecureIOUtils" in body:
-            return (f"the NodeManager at {node} cannot open container logs: under Kerberos it needs Hadoop's "
-                    "native library (libhadoop.so), which it lacks; the cluster's administrator can install it")
-        if exc.code in (401, 403):
-            return (f"the NodeManager at {node} answered HTTP {exc.code}: its web UI asks for authentication "
-                    "(SPNEGO), which `tony logs` does not speak; open the task's log link in a browser that has a "
-                    "Kerberos ticket")
-        return None if exc.code == 404 else f"the NodeManager at {node} answered HTTP {exc.code}"
-    except (urllib.error.URLError, OSError) as exc:
-        return f"the NodeManager at {node} cannot be reached ({getattr(exc, 'reason', exc)})"
+        resp = http.get(url, timeout=10)
+    except spnego.SpnegoError as exc:  # its web UI wants Kerberos, and this user has none it takes
+        return str(exc)
+    except requests.RequestException as exc:
+        return f"the NodeManager at {node} cannot be reached ({exc.__class__.__name__}: {exc})"
+    if resp.status_code == 200:
+        return None
+    body = resp.text[:4096]
+    refused = _NOT_OWNER.search(body)
+    if refused:
+        return f"the NodeManager at {node} refuses to read it: {owner_refused(refused.group(1))}"
+    if "SecureIOUtils" in body:
+        return (f"the NodeManager at {node} cannot open container logs: under Kerberos it needs Hadoop's "
+                "native library (libhadoop.so), which it lacks; the cluster's administrator can install it")
+    return None if resp.status_code == 404 else f"the NodeManager at {node} answered HTTP {resp.status_code}"
 
 
 def owner_refused(owner: str) -> str:
@@ -141,6 +139,24 @@ def aggregation_problem(gw, app_id: str, owner: str) -> str | None:
     except TonyError:  # unreadable: nothing to tell from them
         return None
     return f"YARN aggregated none of the job's logs: {owner_refused(owner)}" if nodes == [] else None
+
+
+def aggregated_when_done(gw, app_id: str, owner: str, container: str, name: str) -> str | None:
+    """The log from YARN's aggregated logs; for a job that just ended, once its NodeManagers are
+    done uploading (the RM says so), at most AGGREGATION_WAIT_S: its nodes no longer serve it."""
+    deadline = time.monotonic() + AGGREGATION_WAIT_S
+    while True:
+        try:
+            text = read_aggregated_log(gw, app_id, owner, container, name)
+        except TonyError as exc:
+            if "does not exist" not in str(exc):
+                raise
+            text = None
+        report = gw.json("read the application report", gw.bridge.report, app_id)
+        pending = report.get("state") in FINAL_STATES and report.get("log_aggregation") in ("NOT_START", "RUNNING")
+        if text is not None or not pending or time.monotonic() > deadline:
+            return text
+        time.sleep(FOLLOW_POLL_S)
 
 
 def read_aggregated_log(gw, app_id: str, owner: str, container: str, name: str) -> str | None:
@@ -171,17 +187,14 @@ def main(argv: list[str], prog: str = "tony logs") -> int:
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing what is added")
     try:
         opts = parser.parse_args(argv)
+        http = spnego.session()  # the NodeManagers' pages: with the user's ticket where they want one
         with ClientGateway() as gw:
             node, container, owner, name = log_location(gw, opts.app_id, opts.task, opts.attempt, opts.file)
-            text = read_node_log(node, container, owner, name)
+            text = read_node_log(http, node, container, owner, name)
             if text is None:
-                try:
-                    text = read_aggregated_log(gw, opts.app_id, owner, container, name)
-                except TonyError as exc:
-                    if "does not exist" not in str(exc):
-                        raise
+                text = aggregated_when_done(gw, opts.app_id, owner, container, name)
             if text is None:
-                problem = aggregation_problem(gw, opts.app_id, owner) or node_log_problem(node, container, name)
+                problem = aggregation_problem(gw, opts.app_id, owner) or node_log_problem(http, node, container, name)
                 if problem:
                     raise TonyError(f"{name} of {container}: {problem}")
                 raise UsageError(f"{name} of {container}: not on its node and not (yet) in YARN's aggregated logs "
@@ -191,7 +204,7 @@ def main(argv: list[str], prog: str = "tony logs") -> int:
             offset = len(text.encode())
             while opts.follow:
                 time.sleep(FOLLOW_POLL_S)
-                more = read_node_log(node, container, owner, name, start=offset)
+                more = read_node_log(http, node, container, owner, name, start=offset)
                 if more:
                     sys.stdout.write(more)
                     sys.stdout.flush()

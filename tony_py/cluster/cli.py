@@ -1,7 +1,7 @@
 """`python -m tony_py.cluster up|down|status [--docker [--nodes N] | --secure] [--workdir DIR]`
 (also `tony cluster …`). Without --docker every daemon is a process on this machine; with it,
 every daemon is a container with its own host name and address. --secure adds a KDC and turns
-Kerberos on (process cluster only); --ha runs two ResourceManagers that fail over through a
+Kerberos on (either launcher); --ha runs two ResourceManagers that fail over through a
 ZooKeeper (either launcher). `status` and `down` find which kind
 of cluster a workdir holds by themselves."""
 
@@ -33,8 +33,10 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="every daemon in a Docker container with its own host name and address "
                              "(needs a Docker engine and mmdebstrap: scripts/docker-engine)")
     parser.add_argument("--secure", action="store_true",
-                        help="Kerberos, a local KDC (realm TONY.TEST), users alice and bob with keytabs "
-                             "(needs krb5-user's kinit and ktutil); default workdir ~/.local/state/tony-py/secure-cluster")
+                        help="Kerberos, a KDC of the cluster's own (realm TONY.TEST; with --docker a container, and "
+                             "principals and a keytab per host), SPNEGO on the web UIs, users alice and bob with "
+                             "keytabs (needs krb5-user's kinit and ktutil); default workdir "
+                             "~/.local/state/tony-py/secure-cluster (with --docker: docker-secure-cluster)")
     parser.add_argument("--ha", action="store_true",
                         help="two ResourceManagers (rm1, rm2) with automatic fail-over through a ZooKeeper of "
                              "their own, as production clusters run them; default workdir ~/.local/state/tony-py/ha-cluster")
@@ -50,7 +52,8 @@ def open_cluster(workdir: str | None, docker: bool, secure: bool = False, ha: bo
     """The cluster a workdir holds (its cluster.json says which kind), else the kind asked for."""
     kind = "docker" if docker else "processes"
     path = Path(workdir) if workdir else paths.default_cluster_workdir(
-        "secure" if secure else f"{kind}-ha" if ha and docker else "ha" if ha else kind)
+        "docker-secure" if secure and docker else "secure" if secure else f"{kind}-ha" if ha and docker else
+        "ha" if ha else kind)
     try:
         kind = json.loads((path / STATE_FILE).read_text()).get("kind", "processes")
     except (OSError, ValueError):
@@ -97,8 +100,9 @@ def _print_kerberos(info: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.action == "up":
         if args.docker:
-            cluster = DockerCluster(args.workdir or (paths.default_cluster_workdir("docker-ha") if args.ha else None))
-            state, started = cluster.up(nodes=args.nodes, timeout=args.timeout, ha=args.ha,
+            cluster = DockerCluster(args.workdir or (paths.default_cluster_workdir("docker-ha") if args.ha else
+                                                     paths.default_cluster_workdir("docker-secure") if args.secure else None))
+            state, started = cluster.up(nodes=args.nodes, timeout=args.timeout, ha=args.ha, kerberos=args.secure,
                                         log=lambda line: print(line, file=sys.stderr, flush=True))
         else:
             workdir = args.workdir or (paths.default_cluster_workdir("secure") if args.secure else
@@ -134,10 +138,6 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.secure and args.docker:
-        print("tony cluster: --secure is for the process cluster; the Docker cluster has no KDC yet "
-              "(use one or the other)", file=sys.stderr)
-        return 2
     if args.secure and args.ha:
         print("tony cluster: --ha and --secure together are not supported yet (use one or the other)", file=sys.stderr)
         return 2

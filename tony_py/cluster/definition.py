@@ -20,7 +20,7 @@ from typing import Callable
 
 import requests
 
-from tony_py import paths
+from tony_py import paths, spnego
 from tony_py.bridge import jvm
 from tony_py.errors import SetupError
 
@@ -167,9 +167,9 @@ def overall_state(alive: dict[str, bool]) -> str:
 
 
 # ---- ready -------------------------------------------------------------------------------------
-def hdfs_ready(nn_web: str) -> tuple[bool, str]:
+def hdfs_ready(nn_web: str, http=requests) -> tuple[bool, str]:
     url = f"{nn_web}/jmx?qry=Hadoop:service=NameNode,name=NameNodeInfo"
-    beans = requests.get(url, timeout=2).json().get("beans") or [{}]
+    beans = http.get(url, timeout=2).json().get("beans") or [{}]
     info = beans[0]
     live = json.loads(info.get("LiveNodes") or "{}")
     safemode = info.get("Safemode", "?")
@@ -178,24 +178,24 @@ def hdfs_ready(nn_web: str) -> tuple[bool, str]:
     return False, f"HDFS: {len(live)} live DataNode(s), safe mode: {safemode or 'off'}"
 
 
-def running_nodes(rm_web: str) -> list[dict]:
-    resp = requests.get(f"{rm_web}/ws/v1/cluster/nodes", timeout=2)
+def running_nodes(rm_web: str, http=requests) -> list[dict]:
+    resp = http.get(f"{rm_web}/ws/v1/cluster/nodes", timeout=2)
     nodes = ((resp.json().get("nodes") or {}).get("node")) or []
     return [n for n in nodes if n.get("state") == "RUNNING"]
 
 
-def yarn_ready(rm_web: str, want: int) -> tuple[bool, str]:
-    running = running_nodes(rm_web)
+def yarn_ready(rm_web: str, want: int, http=requests) -> tuple[bool, str]:
+    running = running_nodes(rm_web, http)
     if len(running) >= want:
         return True, ""
     return False, f"YARN: {len(running)}/{want} NodeManagers RUNNING"
 
 
-def wait_answering(url: str, deadline: float, what: str) -> None:
+def wait_answering(url: str, deadline: float, what: str, http=requests) -> None:
     """Until a daemon's own web endpoint answers 200."""
     while time.monotonic() < deadline:
         try:
-            if requests.get(url, timeout=2).status_code == 200:
+            if http.get(url, timeout=2).status_code == 200:
                 return
         except requests.RequestException:
             pass
@@ -204,9 +204,10 @@ def wait_answering(url: str, deadline: float, what: str) -> None:
 
 
 def wait_ready(dead: Callable[[], list[str]], rm_web: str | Callable[[], str | None], nn_web: str, nodemanagers: int,
-               deadline: float, logs: Path) -> None:
+               deadline: float, logs: Path, http=requests) -> None:
     """Until HDFS and YARN answer ready; fails at once if a daemon died (dead() names them).
-    rm_web: the RM's web address, or (an HA pair) a function that finds the active one's, or None."""
+    rm_web: the RM's web address, or (an HA pair) a function that finds the active one's, or None.
+    http: what asks them (requests, or a spnego.Session on a cluster whose web UIs want Kerberos)."""
     hdfs = yarn = False
     last = ""
     while time.monotonic() < deadline:
@@ -215,13 +216,15 @@ def wait_ready(dead: Callable[[], list[str]], rm_web: str | Callable[[], str | N
             raise SetupError(f"{', '.join(gone)} exited during start; see {logs}")
         try:
             if not hdfs:
-                hdfs, last = hdfs_ready(nn_web)
+                hdfs, last = hdfs_ready(nn_web, http)
             if not yarn:
                 active = rm_web() if callable(rm_web) else rm_web
                 if active is None:
                     yarn, last = False, "YARN: no ResourceManager is active yet"
                 else:
-                    yarn, last = yarn_ready(active, nodemanagers)
+                    yarn, last = yarn_ready(active, nodemanagers, http)
+        except spnego.SpnegoError as exc:  # credentials do not come by waiting
+            raise SetupError(f"the cluster's web endpoints refused the launcher: {exc}") from exc
         except (requests.RequestException, ValueError) as exc:
             last = f"waiting for web endpoints ({exc.__class__.__name__})"
         if hdfs and yarn:

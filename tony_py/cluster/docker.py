@@ -26,121 +26,24 @@ from __future__ import annotations
 
 import getpass
 import hashlib
-import ipaddress
 import json
 import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from tony_py import paths
-from tony_py.cluster import availability, definition, hosts, image, jars, secure
+from tony_py.cluster import availability, definition, hosts, image, jars, kdc, native, secure
 from tony_py.cluster.engine import check_engine
 from tony_py.cluster.definition import overall_state, read_state, save_state
 from tony_py.errors import SetupError
 
-KIND = "docker"
-TEST_RANGE = ipaddress.ip_network("198.18.0.0/15")
-DOMAIN = "tony.test"  # RFC 6761: .test is never delegated
-PORTS = {"nn_rpc_port": 8020, "nn_http_port": 9870, "dn_data_port": 9866, "dn_http_port": 9864,
-         "dn_ipc_port": 9867, "rm_port": 8032, "rm_scheduler_port": 8030, "rm_tracker_port": 8031,
-         "rm_admin_port": 8033, "rm_web_port": 8088}
-NM_PORTS = {"nm_port": 8041, "nm_localizer_port": 8040, "nm_web_port": 8042, "nm_collector_port": 8048}
-# A node is lost after 30 s and an AM attempt after 15 s (YARN: 10 min each); clients and AMs retry
-# an unreachable RM for 2 min, NodeManagers 15 min (YARN's), so a healed node rejoins.
-TIMERS = definition.Timers(nm_expiry_ms=30_000, am_expiry_ms=15_000, rm_connect_max_wait_ms=120_000)
-# With --ha: an AM stops serving its tasks once the RM has been silent for half its expiry (it may
-# have been replaced), so the expiry must be more than twice a fail-over (about 10 s here).
-HA_TIMERS = definition.Timers(nm_expiry_ms=30_000, am_expiry_ms=60_000, rm_connect_max_wait_ms=120_000)
-ZK_PORT = 2181
-_SHORT = {"namenode": "nn", "datanode": "dn", "resourcemanager": "rm", "zookeeper": "zk",
-          "resourcemanager1": "rm1", "resourcemanager2": "rm2"}
-# NodeManager i: 20 + i; an HA pair's rm1 has the lone RM's address
-_ADDRESS = {"namenode": 10, "datanode": 11, "resourcemanager": 12, "resourcemanager1": 12, "zookeeper": 13,
-            "resourcemanager2": 14}
-
-
-@dataclass
-class Node:
-    name: str  # the daemon: namenode, datanode, resourcemanager, nodemanager1, ...
-    container: str
-    hostname: str
-    address: str
-    log: str
-
-
-@dataclass
-class DockerClusterState:
-    workdir: str
-    cluster_id: str
-    hadoop_version: str
-    conf_dir: str
-    lib_dir: str
-    image: str
-    network: str
-    subnet: str
-    nodes: list[Node]
-    nodemanagers: list[dict]
-    python_mounts: list[str]
-    shared_dir: str
-    hosts_note: str | None = None
-    up_seconds: float | None = None
-    kind: str = KIND
-    # An HA pair (up --ha): {"zookeeper": "host:port", "rms": [{"id", "host", <port names>}]}
-    ha: dict | None = None
-
-    def node(self, name: str) -> Node:
-        for node in self.nodes:
-            if node.name == name:
-                return node
-        raise SetupError(f"no daemon {name!r} in this cluster ({', '.join(n.name for n in self.nodes)})")
-
-    def web(self, name: str, port: str) -> str:
-        return f"http://{self.node(name).hostname}:{PORTS[port]}"
-
-    @property
-    def rm_webs(self) -> dict[str, str]:
-        """{rm id: web address}: both of an HA pair, else the lone RM's (id "rm")."""
-        if self.ha:
-            return {rm["id"]: f"http://{rm['host']}:{PORTS['rm_web_port']}" for rm in self.ha["rms"]}
-        return {"rm": self.web("resourcemanager", "rm_web_port")}
-
-    @property
-    def rm_web(self) -> str:
-        return next(iter(self.rm_webs.values()))
-
-    @property
-    def nn_web(self) -> str:
-        return self.web("namenode", "nn_http_port")
-
-    @property
-    def default_fs(self) -> str:
-        return f"hdfs://{self.node('namenode').hostname}:{PORTS['nn_rpc_port']}"
-
-    def to_json(self) -> dict:
-        data = dict(self.__dict__)
-        data["nodes"] = [n.__dict__ for n in self.nodes]
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict) -> "DockerClusterState":
-        data = dict(data)
-        data["nodes"] = [Node(**n) for n in data.get("nodes", [])]
-        return cls(**data)
-
-
-def node_addresses(subnet: ipaddress.IPv4Network, names: list[str]) -> list[str]:
-    """Each daemon's fixed address in the cluster's /24: masters at .10-.12, NodeManager i at .20+i."""
-    out = []
-    for name in names:
-        offset = _ADDRESS.get(name) or 20 + int(name.removeprefix("nodemanager"))
-        out.append(str(subnet.network_address + offset))
-    return out
-
+from tony_py.cluster.docker_state import (  # noqa: F401 (the names users of this module import from it)
+    _ADDRESS, _SHORT, DOMAIN, HA_TIMERS, KIND, NM_PORTS, PORTS, TEST_RANGE, TIMERS, ZK_PORT, DockerClusterState, Node,
+    node_addresses)
 
 def docker(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
     proc = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
@@ -173,33 +76,45 @@ class DockerCluster:
         return read_state(self.state_path, DockerClusterState)
 
     # ---- up ----------------------------------------------------------------------------
-    def up(self, nodes: int = 3, timeout: float = 240.0, log=print, ha: bool = False) -> tuple[DockerClusterState, bool]:
+    def up(self, nodes: int = 3, timeout: float = 240.0, log=print, ha: bool = False,
+           kerberos: bool = False) -> tuple[DockerClusterState, bool]:
         if not 1 <= nodes <= 50:
             raise SetupError(f"--nodes must be 1..50, got {nodes}")
+        if kerberos and ha:
+            raise SetupError("--ha and --secure together are not supported yet: choose one")
         check_engine()
         existing = self.load_state()
         if existing is not None:
             alive = self._alive(existing)
             if alive and all(alive.values()):
-                if bool(existing.ha) != ha:
-                    raise SetupError(f"the cluster in {self.workdir} is running {'with' if existing.ha else 'without'} "
-                                     "two ResourceManagers (--ha); run `tony cluster down` first, or give another --workdir")
+                for wanted, has, what in ((ha, bool(existing.ha), "two ResourceManagers (--ha)"),
+                                          (kerberos, bool(existing.kerberos), "Kerberos (--secure)")):
+                    if wanted != has:
+                        raise SetupError(f"the cluster in {self.workdir} is running {'with' if has else 'without'} "
+                                         f"{what}; run `tony cluster down` first, or give another --workdir")
                 return existing, False
             if any(alive.values()):
                 raise SetupError(f"the cluster in {self.workdir} is partly running; run `tony cluster down` first")
         started = time.monotonic()
         version = jars.pinned_hadoop_version()
         lib = jars.ensure_hadoop_jars(version)
+        if kerberos:
+            secure.preflight()  # before anything starts: say what to install, fetch libhadoop.so
         tag = image.ensure_image(log)
-        state = self._configure(version, lib, tag, nodes, ha)
+        state = self._configure(version, lib, tag, nodes, ha, kerberos)
         save_state(self.state_path, state)
         try:
             self._create_network(state)
             save_state(self.state_path, state)
-            for node in state.nodes:
-                self._run(state, node)
             state.hosts_note = hosts.publish(self.cluster_id, {n.hostname: n.address for n in state.nodes})
+            if state.kerberos:
+                self._start_kdc(state)
+            for node in state.nodes:
+                if node.name != "kdc":
+                    self._run(state, node)
             self.wait_ready(state, time.monotonic() + timeout)
+            if state.kerberos:
+                secure.prepare_hdfs(state.kerberos, state.conf_dir, state.lib_dir)
         except BaseException:
             self.down()
             raise
@@ -207,7 +122,8 @@ class DockerCluster:
         save_state(self.state_path, state)
         return state, True
 
-    def _configure(self, version: str, lib: Path, tag: str, count: int, ha: bool = False) -> DockerClusterState:
+    def _configure(self, version: str, lib: Path, tag: str, count: int, ha: bool = False,
+                   kerberos: bool = False) -> DockerClusterState:
         data, conf = self.workdir / "data", self.workdir / "conf"
         for sub in ("logs", "shared"):
             (self.workdir / sub).mkdir(parents=True, exist_ok=True)
@@ -221,6 +137,8 @@ class DockerCluster:
             nm.update(gpu_discovery=str(standin) if nm["gpus"] else None, gpu_standin=bool(nm["gpus"]))
         masters = ["zookeeper", "namenode", "datanode", "resourcemanager1", "resourcemanager2"] if ha else \
             ["namenode", "datanode", "resourcemanager"]
+        if kerberos:
+            masters.insert(0, "kdc")
         nodes = [Node(d, f"{name}-{d}", host(_SHORT[d]), "", str(self.workdir / "logs" / f"{d}.log")) for d in masters]
         nodes += [Node(f"nodemanager{nm['index']}", f"{name}-nm{nm['index']}", nm["host"], "",
                        str(self.workdir / "logs" / f"nodemanager{nm['index']}.log")) for nm in nms]
@@ -236,6 +154,12 @@ class DockerCluster:
                       str(data), ha_plan and ha_plan["rms"], ha_plan and ha_plan["zookeeper"]),
                   "nm_recovery": "true",
                   **(HA_TIMERS if ha else TIMERS).values(), **PORTS, **secure.INSECURE}
+        krb = None
+        if kerberos:
+            daemons = {n.name: (definition.daemon_kind(n.name), n.hostname) for n in nodes if n.name != "kdc"}
+            krb, properties = secure.hosts_plan(self.workdir, getpass.getuser(), daemons, host("kdc"),
+                                                f"{self.cluster_id}.{DOMAIN}")
+            values.update(properties)
         definition.write_conf_dir(conf, values)
         for nm in nms:
             definition.write_nodemanager_conf(self.workdir / f"conf-nm{nm['index']}", values, nm)
@@ -249,7 +173,7 @@ class DockerCluster:
         return DockerClusterState(
             workdir=str(self.workdir), cluster_id=self.cluster_id, hadoop_version=version, conf_dir=str(conf),
             lib_dir=str(lib), image=tag, network=name, subnet="", nodes=nodes, nodemanagers=nms,
-            python_mounts=python_prefixes(), shared_dir=str(self.workdir / "shared"), ha=ha_plan)
+            python_mounts=python_prefixes(), shared_dir=str(self.workdir / "shared"), ha=ha_plan, kerberos=krb)
 
     def _create_network(self, state: DockerClusterState) -> None:
         """A /24 of 198.18.0.0/15 that no other Docker network uses, tried from the cluster id on."""
@@ -270,8 +194,19 @@ class DockerCluster:
         raise SetupError("every /24 of 198.18.0.0/15 is taken by another Docker network")
 
     def _mounts(self, state: DockerClusterState, node: Node) -> list[str]:
+        krb = state.kerberos
+        if node.name == "kdc":  # MiniKdc's jars, and its dir (it writes the keytab there)
+            kdc_lib = str(jars.ensure_kdc_jars(state.hadoop_version))
+            return [f"{kdc_lib}:{kdc_lib}:ro", f"{krb['kdc_dir']}:{krb['kdc_dir']}", f"{self.workdir / 'logs'}:{self.workdir / 'logs'}"]
         ro = [state.lib_dir, state.conf_dir]
         rw = [str(self.workdir / "logs")]
+        extra = []
+        if krb:  # the realm's krb5.conf, also where a host has it (a task's JVM finds it there), and
+            # this host's own keytab where the site files say it is
+            ro.append(krb["krb5_conf"])
+            extra += [f"{krb['krb5_conf']}:/etc/krb5.conf:ro", f"{krb['keytabs'][node.name]}:{secure.HOST_KEYTAB}:ro"]
+            if node.name.startswith("nodemanager"):
+                ro.append(str(native.lib_dir()))
         if node.name.startswith("nodemanager"):
             index = node.name.removeprefix("nodemanager")
             ro += [str(self.workdir / f"conf-nm{index}"), str(self.workdir / "gpu"), *state.python_mounts]
@@ -280,7 +215,7 @@ class DockerCluster:
             rw.append(str(self.workdir / "data" / node.name))
             if self._own_conf(state, node) != state.conf_dir:  # an HA pair's RM, ZooKeeper
                 ro.append(self._own_conf(state, node))
-        return [f"{p}:{p}:ro" for p in ro] + [f"{p}:{p}" for p in rw]
+        return [f"{p}:{p}:ro" for p in ro] + [f"{p}:{p}" for p in rw] + extra
 
     def _own_conf(self, state: DockerClusterState, node: Node) -> str:
         """The conf dir a daemon starts with: a NodeManager's, an HA RM's or ZooKeeper's own, else the cluster's."""
@@ -301,13 +236,26 @@ class DockerCluster:
                                        getpass.getuser())
         if kind == "zookeeper":
             java.append(f"{conf}/zoo.cfg")
+        if state.kerberos:
+            java[1:1] = secure.daemon_jvm_options(state.kerberos, kind)
         script = 'exec "$@" >>"$0" 2>&1'
         if kind == "namenode":  # formatted once, in its own container
             version = self.workdir / "data" / "namenode" / "current" / "VERSION"
             script = f'[ -f {version} ] || "$@" {" ".join(definition.NAMENODE_FORMAT_ARGS)} >>"$0" 2>&1; {script}'
         return ["sh", "-c", script, node.log, *java]
 
-    def _run(self, state: DockerClusterState, node: Node) -> None:
+    def _start_kdc(self, state: DockerClusterState) -> None:
+        """The KDC's container first (every daemon logs in as it starts), bound to its own address,
+        then each host's keytab and the users' cut from its one."""
+        node = state.node("kdc")
+        state.kerberos["kdc_bind"]["address"] = node.address
+        java = kdc.fresh_kdc_command(state.kerberos, jars.ensure_kdc_jars(state.hadoop_version), Path(node.log),
+                                        java=f"{image.JAVA_HOME}/bin/java")
+        self._run(state, node, ["sh", "-c", 'exec "$@" >>"$0" 2>&1', node.log, *java])
+        kdc.finish_kdc_start(state.kerberos, Path(node.log), lambda: self._alive(state)["kdc"])
+        save_state(self.state_path, state)
+
+    def _run(self, state: DockerClusterState, node: Node, command: list[str] | None = None) -> None:
         args = ["run", "-d", "--init", "--name", node.container, "--hostname", node.hostname,
                 "--network", state.network, "--ip", node.address, "--label", f"tony-py.cluster={self.cluster_id}",
                 "--workdir", str(self.workdir)]
@@ -319,20 +267,24 @@ class DockerCluster:
         conf = self._own_conf(state, node)
         if node.name.startswith("nodemanager"):
             args += ["--cap-add", "NET_ADMIN", "-e", f"PATH={self.workdir / 'gpu'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+        if state.kerberos:  # containers get it too (the NodeManagers' env whitelist)
+            args += ["-e", f"KRB5_CONFIG={state.kerberos['krb5_conf']}"]
         args += ["-e", f"JAVA_HOME={image.JAVA_HOME}", "-e", f"HADOOP_CONF_DIR={conf}",
-                 "-e", f"HADOOP_HOME={self.workdir}", state.image, *self._command(state, node)]
+                 "-e", f"HADOOP_HOME={self.workdir}", state.image, *(command or self._command(state, node))]
         docker("rm", "-f", node.container, check=False)
         docker(*args)
 
     def wait_ready(self, state: DockerClusterState, deadline: float) -> None:
-        # By address: the launcher must not depend on /etc/hosts having taken the names.
-        webs = {rm["id"]: f"http://{state.node(availability.rm_daemon(rm['id'])).address}:{PORTS['rm_web_port']}"
+        # By address: the launcher must not depend on /etc/hosts having taken the names. Behind
+        # SPNEGO by name: a token is for a host's HTTP/ principal (the KDC is asked by name anyway).
+        where = (lambda node: node.hostname) if state.kerberos else (lambda node: node.address)
+        webs = {rm["id"]: f"http://{where(state.node(availability.rm_daemon(rm['id'])))}:{PORTS['rm_web_port']}"
                 for rm in (state.ha or {}).get("rms", [])}
         rm = (lambda: availability.active_rm_web(webs)) if webs else \
-            f"http://{state.node('resourcemanager').address}:{PORTS['rm_web_port']}"
-        nn = f"http://{state.node('namenode').address}:{PORTS['nn_http_port']}"
+            f"http://{where(state.node('resourcemanager'))}:{PORTS['rm_web_port']}"
+        nn = f"http://{where(state.node('namenode'))}:{PORTS['nn_http_port']}"
         definition.wait_ready(lambda: [n for n, up in self._alive(state).items() if not up], rm, nn,
-                              len(state.nodemanagers), deadline, self.workdir / "logs")
+                              len(state.nodemanagers), deadline, self.workdir / "logs", secure.web_session(state.kerberos))
 
     # ---- inspect -----------------------------------------------------------------------
     def _inspect(self, state: DockerClusterState) -> dict[str, dict]:
@@ -364,7 +316,10 @@ class DockerCluster:
                "python": [f"{p}/bin/python" for p in state.python_mounts[-1:]] + ["/usr/bin/python3"],
                "shared_dir": state.shared_dir, "daemons": daemons,
                "yarn_timers_ms": (HA_TIMERS if state.ha else TIMERS).values(),
-               "up_seconds": state.up_seconds, **availability.ha_status(state.rm_webs, state.ha)}
+               "up_seconds": state.up_seconds, **availability.ha_status(state.rm_webs, state.ha),
+               "secure": state.kerberos is not None}
+        if state.kerberos:
+            out.update(secure.status(state.kerberos))
         if state.hosts_note:
             out["hosts_note"] = state.hosts_note
         if overall != "down":

@@ -26,7 +26,7 @@ import psutil
 
 from tony_py import paths
 from tony_py.bridge import jvm
-from tony_py.cluster import availability, definition, jars, secure
+from tony_py.cluster import availability, definition, jars, kdc, secure
 from tony_py.cluster.definition import overall_state, read_state, save_state
 from tony_py.cluster.ports import claim_ports, release_ports
 from tony_py.cluster.daemons import (HOST, KIND, ClusterState, DaemonState, kill_all, own_conf_dir,
@@ -257,7 +257,7 @@ class LocalCluster:
     def _spawn(self, state: ClusterState, name: str) -> None:
         if name == "kdc":
             log = Path(state.workdir) / "logs" / "kdc.log"
-            cmd = secure.fresh_kdc_command(state.kerberos, jars.ensure_kdc_jars(state.hadoop_version), log)
+            cmd = kdc.fresh_kdc_command(state.kerberos, jars.ensure_kdc_jars(state.hadoop_version), log)
             self._start_process(state, name, cmd, self._daemon_env(state, state.conf_dir))
             return
         daemon = definition.daemon_kind(name)
@@ -301,8 +301,8 @@ class LocalCluster:
     def _start_kdc(self, state: ClusterState) -> None:
         """The KDC first (every daemon logs in at start), then the keytabs cut from its one."""
         self._spawn(state, "kdc")
-        kdc = next(d for d in state.daemons if d.name == "kdc")
-        secure.finish_kdc_start(state.kerberos, Path(kdc.log), lambda: kdc.process() is not None)
+        daemon = next(d for d in state.daemons if d.name == "kdc")
+        kdc.finish_kdc_start(state.kerberos, Path(daemon.log), lambda: daemon.process() is not None)
 
     def _start_zookeeper(self, state: ClusterState) -> None:
         """ZooKeeper first: an HA RM's elector and state store connect to it as they start."""
@@ -324,7 +324,7 @@ class LocalCluster:
         nms = len(state.nodemanagers) if only is None else sum(
             1 for d in state.daemons if d.name.startswith("nodemanager") and d.process() is not None)
         definition.wait_ready(lambda: [d.name for d in daemons if d.process() is None], rm,
-                              state.nn_web, nms, deadline, Path(state.workdir) / "logs")
+                              state.nn_web, nms, deadline, Path(state.workdir) / "logs", secure.web_session(state.kerberos))
 
     # ---- one daemon (fault tests) ------------------------------------------------------
     def kill_daemon(self, name: str) -> int:
@@ -353,7 +353,8 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         nm = next((n for n in state.nodemanagers if f"nodemanager{n['index']}" == name), None)
         if nm is not None:  # the RM may still count the node RUNNING from before: wait for the NM itself
-            definition.wait_answering(f"http://{HOST}:{nm['nm_web_port']}/ws/v1/node/info", deadline, name)
+            definition.wait_answering(f"http://{HOST}:{nm['nm_web_port']}/ws/v1/node/info", deadline, name,
+                                      secure.web_session(state.kerberos))
         self._wait_ready(state, deadline=deadline, only=name)
 
     # ---- down --------------------------------------------------------------------------

@@ -31,10 +31,12 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import requests
+
+from tony_py import spnego
 from tony_py.bridge import jvm
 from tony_py.cluster import native
 from tony_py.errors import SetupError
@@ -45,8 +47,6 @@ REALM = "TONY.TEST"
 HOSTS = ("localhost", "127.0.0.1")
 SERVICES = ("nn", "dn", "rm", "nm", "HTTP")
 USERS = ("alice", "bob")
-KDC_MAIN = "org.apache.hadoop.minikdc.MiniKdc"
-KDC_START_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -115,83 +115,66 @@ def status(krb: dict) -> dict:
         "user_keytab": krb["keytabs"][user],
         "users": {u: {"principal": principal(u), "keytab": krb["keytabs"][u]} for u in USERS},
         "kinit": f"KRB5_CONFIG={krb['krb5_conf']} kinit -kt {krb['keytabs'][user]} {principal(user)}",
+        "kdc": kdc_address(krb),
     }
 
 
-# ---- the KDC -------------------------------------------------------------------------------------
-def fresh_kdc_command(krb: dict, lib: Path, log: Path) -> list[str]:
-    """The KDC's command line, in an emptied dir: a new KDC has new keys, nothing of an old one
-    (krb5.conf, keytab, log) may be taken for its own."""
-    kdc_dir = Path(krb["krb5_conf"]).parent
-    shutil.rmtree(kdc_dir, ignore_errors=True)
-    kdc_dir.mkdir(parents=True)
-    log.unlink(missing_ok=True)
-    return kdc_command(lib, kdc_dir, Lifetimes(**krb["lifetimes"]))
+def kdc_address(krb: dict) -> str | None:
+    """host:port of the realm's KDC, as its krb5.conf names it (None before the KDC wrote it)."""
+    try:
+        found = re.search(r"^\s*kdc\s*=\s*(\S+)", Path(krb["krb5_conf"]).read_text(), re.M)
+    except OSError:
+        return None
+    return found.group(1) if found else None
 
 
-def finish_kdc_start(krb: dict, log: Path, alive) -> None:
-    """Wait for the KDC, then cut the keytabs from its one."""
-    _kinit, ktutil = kerberos_tools()
-    kdc_dir = Path(krb["krb5_conf"]).parent
-    wait_kdc(kdc_dir, log, alive)
-    write_keytabs(ktutil, kdc_dir, Path(krb["keytabs"]["services"]).parent)
+def superuser(krb: dict) -> tuple[str, str]:
+    """(principal, keytab) of the NameNode's principal: the HDFS superuser, and who the launcher
+    asks the daemons' web endpoints as."""
+    su = krb.get("superuser") or {"principal": principal("nn"), "keytab": krb["keytabs"]["services"]}
+    return su["principal"], su["keytab"]
 
 
-def kdc_command(lib: Path, kdc_dir: Path, lifetimes: Lifetimes) -> list[str]:
-    props = kdc_dir / "kdc.properties"
-    props.write_text("\n".join([
-        "org.name=TONY", "org.domain=TEST", "kdc.bind.address=127.0.0.1", "kdc.port=0",
-        "instance=DefaultKrbServer", "transport=TCP", "debug=false",
-        f"max.ticket.lifetime={lifetimes.ticket_s * 1000}",
-        "min.ticket.lifetime=1000",  # kinit -l 2s may ask for a ticket that expires in a test
-        f"max.renewable.lifetime={lifetimes.renewable_s * 1000}",
-    ]) + "\n")
-    everyone = [p.split("@")[0] for p in service_principals() + tuple(map(principal, USERS))]
-    return [jvm.java_executable(), "-Xmx128m", *jvm.FAST_START_OPTS, "-cp", f"{lib}/*", KDC_MAIN,
-            str(kdc_dir), str(props), str(kdc_dir / "all.keytab"), *everyone]
+# ---- a realm across hosts (the Docker cluster) ------------------------------------------------------
+# Where each host's own keytab is, the same path on every host (a container mounts its host's
+# there), as configuration management lays them out on a real cluster: the site files name one path.
+HOST_KEYTAB = "/etc/security/keytabs/tony-node.keytab"
+KDC_PORT = 88
+# The service principals a host of each kind has (HTTP: its web server's, for SPNEGO).
+HOST_SERVICES = {"namenode": ("nn", "HTTP"), "datanode": ("dn", "HTTP"), "resourcemanager": ("rm", "HTTP"),
+                 "nodemanager": ("nm", "HTTP")}
 
 
-def wait_kdc(kdc_dir: Path, log: Path, alive, timeout: float = KDC_START_S) -> Path:
-    """Until MiniKdc says it runs (its krb5.conf and keytab written); the krb5.conf's path."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = log.read_text(errors="replace") if log.exists() else ""
-        if "MiniKdc Running" in text and (kdc_dir / "krb5.conf").exists():
-            return kdc_dir / "krb5.conf"
-        if not alive():
-            tail = "\n".join(text.strip().splitlines()[-10:])
-            raise SetupError(f"the KDC exited during start; see {log}:\n{tail}")
-        time.sleep(0.1)
-    raise SetupError(f"the KDC did not start in {timeout:.0f} s; see {log}")
+def hosts_plan(workdir: Path, daemon_user: str, hosts: dict[str, tuple[str, str]], kdc: str,
+               domain: str) -> tuple[dict, dict[str, str]]:
+    """A realm for a cluster of real host names. hosts: daemon -> (kind, host name); kdc: the KDC's
+    host name (its address, to bind, is the launcher's to fill in: kdc_bind). Every daemon has `<service>/<its host>@REALM` principals in a keytab of its
+    own host; the site files say `<service>/_HOST@REALM`, which each daemon fills in with its own
+    host name, and which a client fills in with the host name in the address it calls."""
+    keytabs = workdir / "keytabs"
+    lifetimes = Lifetimes.from_env()
+    per_host = {daemon: tuple(f"{svc}/{host}@{REALM}" for svc in HOST_SERVICES[kind]) for daemon, (kind, host) in hosts.items()}
+    nn_daemon = next(d for d, (kind, _h) in hosts.items() if kind == "namenode")
+    krb = {"krb5_conf": str(workdir / "krb5.conf"), "kdc_dir": str(workdir / "kdc"),
+           "kdc_bind": {"address": None, "port": KDC_PORT},
+           "principals": sorted({p for names in per_host.values() for p in names}),
+           "keytabs": {**{d: str(keytabs / f"{d}.keytab") for d in per_host}, **{u: str(keytabs / f"{u}.keytab") for u in USERS}},
+           "keytab_principals": {**per_host, **{u: (principal(u),) for u in USERS}},
+           "superuser": {"principal": per_host[nn_daemon][0], "keytab": str(keytabs / f"{nn_daemon}.keytab")},
+           "lifetimes": lifetimes.__dict__}
+    Path(krb["krb5_conf"]).write_text(krb5_conf_text(f"{kdc}:{KDC_PORT}", domain))
+    return krb, site_properties(HOST_KEYTAB, daemon_user, lifetimes, http=f"HTTP/_HOST@{REALM}", dn=f"dn/_HOST@{REALM}")
 
 
-def split_keytab(ktutil: str, source: Path, target: Path, keep: tuple[str, ...]) -> None:
-    """`target` holds the keys of `keep` only, mode 0600 (MiniKdc writes one keytab for all)."""
-    listing = subprocess.run([ktutil], input=f"rkt {source}\nlist\nquit\n", capture_output=True, text=True,
-                             timeout=30).stdout
-    slots = re.findall(r"^\s*(\d+)\s+\d+\s+(\S+)\s*$", listing, re.M)
-    drop = [int(n) for n, name in slots if name not in keep]
-    if not slots or len(drop) == len(slots):
-        raise SetupError(f"ktutil found none of {', '.join(keep)} in {source}")
-    script = [f"rkt {source}"] + [f"delent {n}" for n in sorted(drop, reverse=True)] + [f"wkt {target}", "quit"]
-    target.unlink(missing_ok=True)
-    proc = subprocess.run([ktutil], input="\n".join(script) + "\n", capture_output=True, text=True, timeout=30)
-    if not target.exists():
-        raise SetupError(f"ktutil could not write {target}: {proc.stderr.strip()}")
-    target.chmod(0o600)
-
-
-def write_keytabs(ktutil: str, kdc_dir: Path, out: Path) -> dict[str, str]:
-    """services.keytab (every daemon principal) and one keytab per user, all 0600."""
-    out.mkdir(parents=True, exist_ok=True)
-    out.chmod(0o700)
-    source = kdc_dir / "all.keytab"
-    keytabs = {"services": out / "services.keytab", **{u: out / f"{u}.keytab" for u in USERS}}
-    split_keytab(ktutil, source, keytabs["services"], service_principals())
-    for user in USERS:
-        split_keytab(ktutil, source, keytabs[user], (principal(user),))
-    source.unlink()
-    return {k: str(v) for k, v in keytabs.items()}
+def krb5_conf_text(kdc: str, domain: str) -> str:
+    """The realm's krb5.conf for clients and daemons alike: the KDC by host name, the cluster's
+    domain in the realm. Host names are canonicalized as MIT and the JDK do by default (forward,
+    then reverse lookup), so a web address by IP becomes the host's name, as on a real cluster."""
+    return "\n".join([
+        "[libdefaults]", f"    default_realm = {REALM}", "    udp_preference_limit = 1",
+        "    dns_lookup_kdc = false", "    dns_lookup_realm = false",
+        "[realms]", f"    {REALM} = {{", f"        kdc = {kdc}", "    }",
+        "[domain_realm]", f"    .{domain} = {REALM}", f"    {domain} = {REALM}", ""])
 
 
 # ---- the cluster's settings -----------------------------------------------------------------------
@@ -204,8 +187,10 @@ INSECURE = {"core_security": _props({"hadoop.security.authentication": "simple"}
             "yarn_security": "", "log_aggregation": "true"}
 
 
-def site_properties(services_keytab: str, daemon_user: str, lifetimes: Lifetimes) -> dict[str, str]:
-    """The values of the templates' security placeholders on a secure cluster."""
+def site_properties(services_keytab: str, daemon_user: str, lifetimes: Lifetimes,
+                    http: str = "*", dn: str | None = None) -> dict[str, str]:
+    """The values of the templates' security placeholders on a secure cluster (http: the web
+    servers' principal, see spnego_properties; dn: the DataNodes')."""
     to_local = "\n".join([f"RULE:[2:$1@$0]({s}@{REALM})s/.*/{daemon_user}/" for s in SERVICES] + ["DEFAULT"])
     core = {
         "hadoop.security.authentication": "kerberos",
@@ -214,6 +199,7 @@ def site_properties(services_keytab: str, daemon_user: str, lifetimes: Lifetimes
         "hadoop.security.auth_to_local": to_local,
         # The NodeManagers' libhadoop.so (3.3.5) does not match 3.4's OpensslCipher: the JDK's codec only.
         "hadoop.security.crypto.codec.classes.aes.ctr.nopadding": "org.apache.hadoop.crypto.JceAesCtrCryptoCodec",
+        **spnego_properties(services_keytab, http),
     }
     token = {"renew": lifetimes.token_renew_s * 1000, "max": lifetimes.token_max_s * 1000}
     hdfs = {
@@ -222,9 +208,9 @@ def site_properties(services_keytab: str, daemon_user: str, lifetimes: Lifetimes
         "dfs.namenode.keytab.file": services_keytab,
         # The DataNode's host is set by address (dfs.datanode.hostname), so its _HOST would be
         # 127.0.0.1, while the NameNode checks it against the reverse name of that address.
-        "dfs.datanode.kerberos.principal": principal("dn"),
+        "dfs.datanode.kerberos.principal": dn or principal("dn"),
         "dfs.datanode.keytab.file": services_keytab,
-        "dfs.web.authentication.kerberos.principal": f"HTTP/_HOST@{REALM}",
+        "dfs.web.authentication.kerberos.principal": http,
         "dfs.web.authentication.kerberos.keytab": services_keytab,
         "dfs.data.transfer.protection": "privacy",
         "ignore.secure.ports.for.testing": "true",
@@ -236,8 +222,10 @@ def site_properties(services_keytab: str, daemon_user: str, lifetimes: Lifetimes
         "yarn.resourcemanager.keytab": services_keytab,
         "yarn.nodemanager.principal": f"nm/_HOST@{REALM}",
         "yarn.nodemanager.keytab": services_keytab,
-        "yarn.resourcemanager.webapp.spnego-principal": f"HTTP/_HOST@{REALM}",
+        "yarn.resourcemanager.webapp.spnego-principal": http,
         "yarn.resourcemanager.webapp.spnego-keytab-file": services_keytab,
+        "yarn.nodemanager.webapp.spnego-principal": http,
+        "yarn.nodemanager.webapp.spnego-keytab-file": services_keytab,
         "yarn.resourcemanager.delegation.token.renew-interval": token["renew"],
         "yarn.resourcemanager.delegation.token.max-lifetime": token["max"],
         # YARN-2704: the RM asks for new HDFS tokens (as a proxy user: core-site lets the daemon
@@ -255,6 +243,26 @@ def site_properties(services_keytab: str, daemon_user: str, lifetimes: Lifetimes
             "log_aggregation": "true"}
 
 
+def spnego_properties(services_keytab: str, http_principal: str = "*") -> dict[str, str]:
+    """Every daemon's web UI and REST API behind SPNEGO, as a Kerberized production cluster runs
+    them: a request without a valid Kerberos token gets 401 Negotiate, anonymous access is off.
+    The ResourceManager swaps the filter for its own (RMAuthenticationFilterInitializer), which
+    also takes its delegation tokens, and so covers the AM pages it proxies.
+
+    http_principal: the name a daemon's web server accepts tokens for. `HTTP/_HOST@REALM` on a
+    cluster of real host names (each daemon's own); on the one-host cluster "*", every HTTP/ key
+    in the keytab (Hadoop's multi-homed form): its web servers bind 127.0.0.1, so _HOST would be
+    HTTP/127.0.0.1, while a client's Kerberos library turns 127.0.0.1 into localhost by reverse
+    lookup and asks for HTTP/localhost."""
+    return {
+        "hadoop.http.filter.initializers": "org.apache.hadoop.security.AuthenticationFilterInitializer",
+        "hadoop.http.authentication.type": "kerberos",
+        "hadoop.http.authentication.simple.anonymous.allowed": "false",
+        "hadoop.http.authentication.kerberos.principal": http_principal,
+        "hadoop.http.authentication.kerberos.keytab": services_keytab,
+    }
+
+
 def jvm_options(krb5_conf: str) -> list[str]:
     """The JDK does not read KRB5_CONFIG: every daemon JVM is told where the realm's krb5.conf is."""
     return [f"-Djava.security.krb5.conf={krb5_conf}"]
@@ -270,15 +278,23 @@ def daemon_jvm_options(krb: dict, daemon: str) -> list[str]:
     return opts
 
 
+def web_session(krb: dict | None):
+    """What the launcher asks the daemons' web endpoints with: on a secure cluster a SPNEGO
+    session as the NameNode's principal (from the services keytab); else plain requests."""
+    if krb is None:
+        return requests
+    name, keytab = superuser(krb)
+    return spnego.session(name, keytab, krb5_conf=krb["krb5_conf"])
+
+
 # ---- HDFS as its superuser -----------------------------------------------------------------------
-def superuser_shell(kinit: str, conf_dir: str, lib_dir: str, krb5_conf: str, services_keytab: str,
+def superuser_shell(kinit: str, conf_dir: str, lib_dir: str, krb5_conf: str, name: str, keytab: str,
                     ccache: Path) -> "callable":
-    """A function that runs one FsShell command as the NameNode's principal (the superuser)."""
+    """A function that runs one FsShell command as the NameNode's principal `name` (the superuser)."""
     env = dict(os.environ, KRB5_CONFIG=krb5_conf, KRB5CCNAME=f"FILE:{ccache}")
-    login = subprocess.run([kinit, "-kt", services_keytab, principal("nn")], env=env, capture_output=True,
-                           text=True, timeout=30)
+    login = subprocess.run([kinit, "-kt", keytab, name], env=env, capture_output=True, text=True, timeout=30)
     if login.returncode != 0:
-        raise SetupError(f"kinit as {principal('nn')} failed: {login.stderr.strip()}")
+        raise SetupError(f"kinit as {name} failed: {login.stderr.strip()}")
 
     def fs(*args: str) -> None:
         cmd = [jvm.java_executable(), "-Xmx192m", *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS,
@@ -294,8 +310,8 @@ def prepare_hdfs(krb: dict, conf_dir: str, lib_dir: str) -> None:
     """Users' homes (0700, their own), a world-writable sticky /tmp and /tmp/logs (YARN's
     aggregated logs; the NodeManagers create each user's dir in it)."""
     kinit, _ktutil = kerberos_tools()
-    services = krb["keytabs"]["services"]
-    fs = superuser_shell(kinit, conf_dir, lib_dir, krb["krb5_conf"], services, Path(services).parent / "superuser.ccache")
+    name, keytab = superuser(krb)
+    fs = superuser_shell(kinit, conf_dir, lib_dir, krb["krb5_conf"], name, keytab, Path(keytab).parent / "superuser.ccache")
     homes = [f"/user/{u}" for u in USERS]
     fs("-mkdir", "-p", *homes, "/tmp/logs")
     for user in USERS:

@@ -60,13 +60,16 @@ def allocation_limits(conf_dir: str | None = None) -> tuple[int, int | None]:
 def queue_room(conf_dir: str | None = None, timeout: float = 5.0) -> tuple[tuple[str, int], ...]:
     """(leaf queue, MB it could still take) now, from the ResourceManager's REST API: the cluster's
     memory times the queue's maximum share, less what it uses. () where no RM answers (down, or
-    behind SPNEGO): the advice then names no queue."""
+    without the user's Kerberos ticket behind SPNEGO): the advice then names no queue."""
     import requests
 
+    from tony_py import spnego
+
+    http = spnego.session()
     for url in rm_web_urls(conf_dir):
         try:
-            total = requests.get(f"{url}/ws/v1/cluster/metrics", timeout=timeout).json()["clusterMetrics"]["totalMB"]
-            root = requests.get(f"{url}/ws/v1/cluster/scheduler", timeout=timeout).json()["scheduler"]["schedulerInfo"]
+            total = http.get(f"{url}/ws/v1/cluster/metrics", timeout=timeout).json()["clusterMetrics"]["totalMB"]
+            root = http.get(f"{url}/ws/v1/cluster/scheduler", timeout=timeout).json()["scheduler"]["schedulerInfo"]
         except (requests.RequestException, ValueError, KeyError, TypeError):
             continue
         return tuple((q["queueName"], int(total * q.get("absoluteMaxCapacity", 100) / 100

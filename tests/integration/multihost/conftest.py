@@ -12,15 +12,13 @@ cluster (a free /24, the host's Python at the same path, faults on one container
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-from support import ROOT, Cluster
+from support import ROOT, Cluster, need_docker_engine
 from tony_py.cluster.docker import DockerCluster
-from tony_py.cluster.engine import engine_available
 from tony_py.cluster.faults import Faults
 
 NODES = 3
@@ -28,11 +26,7 @@ NODES = 3
 
 @pytest.fixture(scope="package")  # down again before the rest of the suite: its 2 cores are shared
 def cluster(request) -> Cluster:
-    usable, why = engine_available()
-    if not usable:
-        if os.environ.get("TONY_TEST_DOCKER") == "required":
-            pytest.fail(f"TONY_TEST_DOCKER=required, but {why}", pytrace=False)
-        pytest.skip(f"no Docker engine for the multi-host cluster: {why}")
+    need_docker_engine("the multi-host cluster")
     workdir = ROOT / ".test-docker-cluster"
     launcher = DockerCluster(workdir)
     launcher.down(purge=True)  # whatever an aborted earlier session left

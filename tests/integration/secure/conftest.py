@@ -106,6 +106,7 @@ def cluster(request, tmp_path_factory) -> SecureCluster:
     handle.kinit("alice", handle.ccache)
     services = info["users"]["alice"]["keytab"].replace("alice.keytab", "services.keytab")
     handle.superuser = handle.gateway(secure.principal("nn"), services)
+    handle.http = secure.web_session(launcher.load_state().kerberos)  # its REST API is behind SPNEGO
     yield handle
     handle.superuser.close()
     failed = request.session.testsfailed
