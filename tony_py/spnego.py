@@ -3,7 +3,7 @@ user's Kerberos credentials where they ask for them: SPNEGO, as a Kerberized clu
 run (`hadoop.http.authentication.type` kerberos).
 
 Every REST call TonY-py makes to a cluster daemon goes through `session()`: the client's (`tony
-logs`, the submit-time checks against the scheduler), the Airflow trigger's, and the local cluster
+logs`, `tony advise`'s look at the scheduler's queues), the Airflow trigger's, and the local cluster
 launcher's readiness probe. On a cluster without SPNEGO nothing changes: the first answer is not a
 401 and no token is made.
 

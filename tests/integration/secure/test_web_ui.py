@@ -76,7 +76,7 @@ def test_every_daemons_web_ui_wants_kerberos_and_takes_the_users_ticket_or_keyta
 def test_the_am_page_through_the_proxy_and_the_rest_calls_of_a_running_job(cluster, probe_args, tmp_path,
                                                                             monkeypatch):
     """While alice's job runs: its AM's status through the RM's proxy, the Airflow trigger's look
-    and the submit-time queue check, each with her ticket; none of them without it."""
+    and `tony advise`'s look at the queues, each with her ticket; none of them without it."""
     release = tmp_path / "release"
     job = Background(cluster, probe_args("tony.worker.instances=1", "tony.worker.memory=512m",
                                          params=f"--until-file {release}"))
@@ -105,7 +105,7 @@ def test_the_am_page_through_the_proxy_and_the_rest_calls_of_a_running_job(clust
         monkeypatch.setenv("KRB5_CONFIG", cluster.info["krb5_conf"])
         monkeypatch.setenv("KRB5CCNAME", f"FILE:{cluster.ccache}")
         assert follow.rm_app([cluster.rm_web], job.app_id)["state"] == "RUNNING"
-        # the submit-time check of the queues' room (tony_py/config/yarnsite.py)
+        # `tony advise`'s look at the queues' room (tony_py/config/yarnsite.py)
         assert dict(yarnsite.queue_room(str(cluster.conf_dir))).get("default", 0) > 0
         monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path / 'empty.cc'}")
         with pytest.raises(OSError, match="asks for Kerberos .SPNEGO. and there is no ticket"):
