@@ -10,7 +10,6 @@ import subprocess
 import time
 
 import pytest
-import requests
 
 from support import JOBS, PYTHON, ROOT, Background, am_processes, app_id_in, probe_records
 from tony_py import api
@@ -311,8 +310,8 @@ def test_tokens_end_with_a_keytab_the_job_goes_on_without_one_a_late_restart_say
                if "the AM moved" in log]
     assert adopted and all("delegation tokens were renewed (set " in after for after in adopted), adopted
     assert "note: no keytab" not in run.stdout
-    attempts = requests.get(f"{cluster.rm_web}/ws/v1/cluster/apps/{run.app_id}/appattempts",
-                            timeout=5).json()["appAttempts"]["appAttempt"]
+    attempts = cluster.http.get(f"{cluster.rm_web}/ws/v1/cluster/apps/{run.app_id}/appattempts",
+                                timeout=5).json()["appAttempts"]["appAttempt"]  # the RM's REST API wants SPNEGO
     assert len(attempts) == 2, attempts
     second_am = "".join(p.read_text(errors="replace") for d in cluster.container_dirs(run.app_id)
                         if d.name.endswith("_02_000001") for p in d.glob("am.log"))
