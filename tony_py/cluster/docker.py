@@ -17,6 +17,10 @@ path it has here so every config and log path means the same inside and out:
 - on NodeManagers, <workdir>/shared, read-write: the cluster's shared file system (what NFS is
   to a real cluster), where jobs of the tests keep checkpoints and records.
 
+With `up --secure` a KDC container comes first, and every daemon's container also mounts the
+realm's krb5.conf (at its own path and at /etc/krb5.conf) and its own host's keytab at
+secure.HOST_KEYTAB, the one path the site files name (docs/kerberos.md, across hosts).
+
 Clients on this machine reach the cluster by its host names (hosts.py adds them to /etc/hosts,
 as DNS would) and by address. NodeManagers get NET_ADMIN in their own network namespace so
 fault tests can drop packets there with iptables (faults.py; netem is not available here).

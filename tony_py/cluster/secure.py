@@ -1,21 +1,22 @@
-"""Kerberos for the process cluster (`tony cluster up --secure`): a local KDC, keytabs, and the
-settings that make every daemon authenticate, authorize and encrypt.
+"""Kerberos for the local clusters (`tony cluster up --secure`, and with `--docker` across hosts):
+what the realm holds (principals, keytabs, users) and the settings that make every daemon
+authenticate, authorize and encrypt. Its KDC is started by kdc.py.
 
 - The KDC is Hadoop's MiniKdc (Apache Kerby underneath) from Maven Central at the cluster's
-  Hadoop version, run as its own JVM (`MiniKdc <dir> <props> <keytab> <principals>`), bound to
-  127.0.0.1 on a free port, realm TONY.TEST. Ticket and renewable lifetimes are set in its
-  properties (MiniKdc applies no renewable maximum by itself).
-- Every daemon has its own principal (nn, dn, rm, nm, HTTP; /localhost and /127.0.0.1, see
-  HOSTS) from one keytab readable by the daemons' OS user only. They map to
-  that OS user (auth_to_local), as nn -> hdfs and rm -> yarn do on a real cluster, so it is the
-  HDFS superuser.
+  Hadoop version, realm TONY.TEST: on the one-host cluster a JVM bound to 127.0.0.1 on a free
+  port; across hosts a container of its own (hosts_plan). Ticket and renewable lifetimes are set
+  in its properties (MiniKdc applies no renewable maximum by itself).
+- One host: every daemon has its own principal (nn, dn, rm, nm, HTTP; /localhost and /127.0.0.1,
+  see HOSTS) from one keytab readable by the daemons' OS user only. Across hosts: each host has
+  `<service>/<its host name>` principals in a keytab of its own, and the site files say _HOST.
+  Either way they map to the daemons' OS user (auth_to_local), as nn -> hdfs and rm -> yarn do on
+  a real cluster, so it is the HDFS superuser.
 - Two users, alice and bob, each with a keytab of their own; their HDFS homes are 0700.
 - RPC: authentication, service-level authorization, privacy (encrypted). Block access tokens.
   DataNodes speak SASL with privacy on their data port; their ports stay unprivileged through
   Hadoop's test switch `ignore.secure.ports.for.testing` instead of `dfs.http.policy=HTTPS_ONLY`
-  with a keystore: the web UIs stay plain HTTP with simple authentication, so the readiness probe,
-  the RM's REST API and the tracking URL work as on the insecure cluster. What that leaves
-  untested: HTTPS and SPNEGO on the web UIs (docs/local-clusters.md).
+  with a keystore: the web UIs are plain HTTP, behind SPNEGO (spnego_properties; what answers it:
+  tony_py/spnego.py). What that leaves untested: HTTPS on the web UIs.
 - NodeManagers keep the DefaultContainerExecutor (the LinuxContainerExecutor's setuid binary is
   not in Maven Central): containers run as the NodeManager's OS user whoever submitted them, so
   tenant isolation on a node is not tested; HDFS and YARN permissions are.
@@ -24,7 +25,6 @@ settings that make every daemon authenticate, authorize and encrypt.
   the daemons' OS user owns them all: logs come back for jobs of the daemons' principals (mapped
   to that user), not for alice's or bob's; `tony logs` says why (docs/kerberos.md#logs).
 """
-
 from __future__ import annotations
 
 import os
