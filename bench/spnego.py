@@ -51,7 +51,8 @@ def main() -> int:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    plain_cluster, secure_cluster = LocalCluster(ROOT / ".bench-spnego-plain"), LocalCluster(ROOT / ".bench-spnego-secure")
+    plain_cluster = LocalCluster(ROOT / ".bench-spnego-plain")
+    secure_cluster = LocalCluster(ROOT / ".bench-spnego-secure")
     up = {}
     try:
         for name, cluster, kerberos in (("plain", plain_cluster, False), ("secure", secure_cluster, True)):

@@ -179,7 +179,8 @@ def test_across_hosts_every_host_has_its_own_principals_keytab_and_the_kdc_by_na
     krb = state.kerberos
     host = {n.name: n.hostname for n in state.nodes}
     assert host["kdc"].startswith("kdc.")
-    assert krb["keytab_principals"]["namenode"] == (f"nn/{host['namenode']}@TONY.TEST", f"HTTP/{host['namenode']}@TONY.TEST")
+    assert krb["keytab_principals"]["namenode"] == (f"nn/{host['namenode']}@TONY.TEST",
+                                                    f"HTTP/{host['namenode']}@TONY.TEST")
     assert krb["keytab_principals"]["nodemanager2"] == (f"nm/{host['nodemanager2']}@TONY.TEST",
                                                         f"HTTP/{host['nodemanager2']}@TONY.TEST")
     assert krb["keytab_principals"]["alice"] == ("alice@TONY.TEST",)

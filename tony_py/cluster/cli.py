@@ -100,8 +100,8 @@ def _print_kerberos(info: dict) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.action == "up":
         if args.docker:
-            cluster = DockerCluster(args.workdir or (paths.default_cluster_workdir("docker-ha") if args.ha else
-                                                     paths.default_cluster_workdir("docker-secure") if args.secure else None))
+            default = "docker-ha" if args.ha else "docker-secure" if args.secure else None
+            cluster = DockerCluster(args.workdir or (paths.default_cluster_workdir(default) if default else None))
             state, started = cluster.up(nodes=args.nodes, timeout=args.timeout, ha=args.ha, kerberos=args.secure,
                                         log=lambda line: print(line, file=sys.stderr, flush=True))
         else:

@@ -201,7 +201,8 @@ class DockerCluster:
         krb = state.kerberos
         if node.name == "kdc":  # MiniKdc's jars, and its dir (it writes the keytab there)
             kdc_lib = str(jars.ensure_kdc_jars(state.hadoop_version))
-            return [f"{kdc_lib}:{kdc_lib}:ro", f"{krb['kdc_dir']}:{krb['kdc_dir']}", f"{self.workdir / 'logs'}:{self.workdir / 'logs'}"]
+            logs = self.workdir / "logs"
+            return [f"{kdc_lib}:{kdc_lib}:ro", f"{krb['kdc_dir']}:{krb['kdc_dir']}", f"{logs}:{logs}"]
         ro = [state.lib_dir, state.conf_dir]
         rw = [str(self.workdir / "logs")]
         extra = []
@@ -288,7 +289,8 @@ class DockerCluster:
             f"http://{where(state.node('resourcemanager'))}:{PORTS['rm_web_port']}"
         nn = f"http://{where(state.node('namenode'))}:{PORTS['nn_http_port']}"
         definition.wait_ready(lambda: [n for n, up in self._alive(state).items() if not up], rm, nn,
-                              len(state.nodemanagers), deadline, self.workdir / "logs", secure.web_session(state.kerberos))
+                              len(state.nodemanagers), deadline, self.workdir / "logs",
+                              secure.web_session(state.kerberos))
 
     # ---- inspect -----------------------------------------------------------------------
     def _inspect(self, state: DockerClusterState) -> dict[str, dict]:

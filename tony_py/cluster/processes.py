@@ -324,7 +324,8 @@ class LocalCluster:
         nms = len(state.nodemanagers) if only is None else sum(
             1 for d in state.daemons if d.name.startswith("nodemanager") and d.process() is not None)
         definition.wait_ready(lambda: [d.name for d in daemons if d.process() is None], rm,
-                              state.nn_web, nms, deadline, Path(state.workdir) / "logs", secure.web_session(state.kerberos))
+                              state.nn_web, nms, deadline, Path(state.workdir) / "logs",
+                              secure.web_session(state.kerberos))
 
     # ---- one daemon (fault tests) ------------------------------------------------------
     def kill_daemon(self, name: str) -> int:

@@ -148,17 +148,19 @@ HOST_SERVICES = {"namenode": ("nn", "HTTP"), "datanode": ("dn", "HTTP"), "resour
 def hosts_plan(workdir: Path, daemon_user: str, hosts: dict[str, tuple[str, str]], kdc: str,
                domain: str) -> tuple[dict, dict[str, str]]:
     """A realm for a cluster of real host names. hosts: daemon -> (kind, host name); kdc: the KDC's
-    host name (its address, to bind, is the launcher's to fill in: kdc_bind). Every daemon has `<service>/<its host>@REALM` principals in a keytab of its
-    own host; the site files say `<service>/_HOST@REALM`, which each daemon fills in with its own
-    host name, and which a client fills in with the host name in the address it calls."""
+    host name (its address, to bind, is the launcher's to fill in: kdc_bind). Every daemon has
+    `<service>/<its host>@REALM` principals in a keytab of its own host; the site files say
+    `<service>/_HOST@REALM`, which each daemon fills in with its own host name, and which a client
+    fills in with the host name in the address it calls."""
     keytabs = workdir / "keytabs"
     lifetimes = Lifetimes.from_env()
-    per_host = {daemon: tuple(f"{svc}/{host}@{REALM}" for svc in HOST_SERVICES[kind]) for daemon, (kind, host) in hosts.items()}
+    per_host = {daemon: tuple(f"{svc}/{host}@{REALM}" for svc in HOST_SERVICES[kind])
+                for daemon, (kind, host) in hosts.items()}
     nn_daemon = next(d for d, (kind, _h) in hosts.items() if kind == "namenode")
     krb = {"krb5_conf": str(workdir / "krb5.conf"), "kdc_dir": str(workdir / "kdc"),
            "kdc_bind": {"address": None, "port": KDC_PORT},
            "principals": sorted({p for names in per_host.values() for p in names}),
-           "keytabs": {**{d: str(keytabs / f"{d}.keytab") for d in per_host}, **{u: str(keytabs / f"{u}.keytab") for u in USERS}},
+           "keytabs": {name: str(keytabs / f"{name}.keytab") for name in (*per_host, *USERS)},
            "keytab_principals": {**per_host, **{u: (principal(u),) for u in USERS}},
            "superuser": {"principal": per_host[nn_daemon][0], "keytab": str(keytabs / f"{nn_daemon}.keytab")},
            "lifetimes": lifetimes.__dict__}

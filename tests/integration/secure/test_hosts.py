@@ -81,8 +81,8 @@ def keytab_principals(path: str) -> set[str]:
 
 def test_every_host_has_its_own_principals_and_the_web_uis_want_spnego_by_host_name(hosts):
     info = hosts.info
-    out = subprocess.run([PYTHON, "-m", "tony_py.cluster", "status", "--workdir", str(hosts.launcher.workdir), "--json"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=60)
+    out = subprocess.run([PYTHON, "-m", "tony_py.cluster", "status", "--workdir", str(hosts.launcher.workdir),
+                          "--json"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     status = json.loads(out.stdout)
     assert status["secure"] is True and status["state"] == "running"
@@ -115,8 +115,8 @@ def test_submitted_from_this_machine_tasks_on_other_hosts_use_hdfs_with_their_to
     base = f"/user/alice/hosts-{credentials.replace(' ', '-')}-{os.getpid()}"
     made = hosts.fs("-mkdir", "-p", f"{base}/out")
     assert made.returncode == 0, made.stderr[-2000:]
-    put = subprocess.run(f"echo forty-two | java -Xmx192m -Djava.security.krb5.conf={hosts.info['krb5_conf']} "
-                         f"-cp '{hosts.conf_dir}:{hosts.lib_dir}/*' org.apache.hadoop.fs.FsShell -put - {base}/input.txt",
+    put = subprocess.run(f"echo forty-two | java -Xmx192m -Djava.security.krb5.conf={hosts.info['krb5_conf']} -cp "
+                         f"'{hosts.conf_dir}:{hosts.lib_dir}/*' org.apache.hadoop.fs.FsShell -put - {base}/input.txt",
                          shell=True, capture_output=True, text=True, timeout=120, env=hosts.env())
     assert put.returncode == 0, put.stderr[-2000:]
     login = ["--principal", ALICE, "--keytab", hosts.info["user_keytab"]] if credentials == "keytab" else []
