@@ -142,7 +142,7 @@ def refusal(url: str, failure: str | None, can_negotiate: bool) -> str:
         return f"{base} asks for Kerberos (SPNEGO), and this Python has no GSSAPI: {INSTALL_HINT}"
     if failure and any(sign in failure for sign in _NO_TICKET):
         return (f"{base} asks for Kerberos (SPNEGO) and there is no ticket: run kinit (with KRB5_CONFIG set to the "
-                f"realm's krb5.conf), or give --principal and --keytab ({failure})")
+                f"realm's krb5.conf; from a keytab: kinit -kt KEYTAB PRINCIPAL) ({failure})")
     if failure:
         return f"{base} asks for Kerberos (SPNEGO) and no token could be made: {failure}"
     return f"{base} refused the Kerberos (SPNEGO) token it was sent (HTTP 401)"

@@ -152,10 +152,12 @@ def aggregated_when_done(gw, app_id: str, owner: str, container: str, name: str)
             if "does not exist" not in str(exc):
                 raise
             text = None
+        if text is not None:
+            return text
         report = gw.json("read the application report", gw.bridge.report, app_id)
         pending = report.get("state") in FINAL_STATES and report.get("log_aggregation") in ("NOT_START", "RUNNING")
-        if text is not None or not pending or time.monotonic() > deadline:
-            return text
+        if not pending or time.monotonic() > deadline:
+            return None
         time.sleep(FOLLOW_POLL_S)
 
 

@@ -200,7 +200,7 @@ class DockerCluster:
     def _mounts(self, state: DockerClusterState, node: Node) -> list[str]:
         krb = state.kerberos
         if node.name == "kdc":  # MiniKdc's jars, and its dir (it writes the keytab there)
-            kdc_lib = str(jars.ensure_kdc_jars(state.hadoop_version))
+            kdc_lib = krb["kdc_lib"]
             logs = self.workdir / "logs"
             return [f"{kdc_lib}:{kdc_lib}:ro", f"{krb['kdc_dir']}:{krb['kdc_dir']}", f"{logs}:{logs}"]
         ro = [state.lib_dir, state.conf_dir]
@@ -254,7 +254,8 @@ class DockerCluster:
         then each host's keytab and the users' cut from its one."""
         node = state.node("kdc")
         state.kerberos["kdc_bind"]["address"] = node.address
-        java = kdc.fresh_kdc_command(state.kerberos, jars.ensure_kdc_jars(state.hadoop_version), Path(node.log),
+        state.kerberos["kdc_lib"] = str(jars.ensure_kdc_jars(state.hadoop_version))  # its container mounts it
+        java = kdc.fresh_kdc_command(state.kerberos, Path(state.kerberos["kdc_lib"]), Path(node.log),
                                         java=f"{image.JAVA_HOME}/bin/java")
         self._run(state, node, ["sh", "-c", 'exec "$@" >>"$0" 2>&1', node.log, *java])
         kdc.finish_kdc_start(state.kerberos, Path(node.log), lambda: self._alive(state)["kdc"])

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from tony_py.bridge import jvm
-from tony_py.cluster.secure import USERS, Lifetimes, kerberos_tools, principal, service_principals
+from tony_py.cluster.secure import USERS, Lifetimes, kerberos_tools, principal
 from tony_py.errors import SetupError
 
 KDC_MAIN = "org.apache.hadoop.minikdc.MiniKdc"
@@ -33,7 +33,7 @@ def fresh_kdc_command(krb: dict, lib: Path, log: Path, java: str | None = None) 
     log.unlink(missing_ok=True)
     bind = krb.get("kdc_bind") or {}
     return kdc_command(lib, where, Lifetimes(**krb["lifetimes"]), java=java, address=bind.get("address", "127.0.0.1"),
-                       port=bind.get("port", 0), principals=tuple(krb.get("principals") or service_principals()))
+                       port=bind.get("port", 0), principals=tuple(krb["principals"]))
 
 
 def finish_kdc_start(krb: dict, log: Path, alive) -> None:
@@ -41,10 +41,8 @@ def finish_kdc_start(krb: dict, log: Path, alive) -> None:
     _kinit, ktutil = kerberos_tools()
     where = kdc_dir(krb)
     wait_kdc(where, log, alive)
-    keytabs = {name: (Path(path), tuple(krb["keytab_principals"][name]) if "keytab_principals" in krb
-                      else service_principals() if name == "services" else (principal(name),))
-               for name, path in krb["keytabs"].items()}
-    write_keytabs(ktutil, where, keytabs)
+    write_keytabs(ktutil, where, {name: (Path(path), tuple(krb["keytab_principals"][name]))
+                                  for name, path in krb["keytabs"].items()})
 
 
 def kdc_command(lib: Path, kdc_dir: Path, lifetimes: Lifetimes, java: str | None = None, address: str = "127.0.0.1",
@@ -57,7 +55,7 @@ def kdc_command(lib: Path, kdc_dir: Path, lifetimes: Lifetimes, java: str | None
         "min.ticket.lifetime=1000",  # kinit -l 2s may ask for a ticket that expires in a test
         f"max.renewable.lifetime={lifetimes.renewable_s * 1000}",
     ]) + "\n")
-    everyone = [p.split("@")[0] for p in (principals or service_principals()) + tuple(map(principal, USERS))]
+    everyone = [p.split("@")[0] for p in (*principals, *map(principal, USERS))]
     return [java or jvm.java_executable(), "-Xmx128m", *jvm.FAST_START_OPTS, "-cp", f"{lib}/*", KDC_MAIN,
             str(kdc_dir), str(props), str(kdc_dir / "all.keytab"), *everyone]
 

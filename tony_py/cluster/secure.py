@@ -101,6 +101,9 @@ def plan(workdir: Path, daemon_user: str) -> tuple[dict, dict[str, str]]:
     lifetimes = Lifetimes.from_env()
     krb = {"krb5_conf": str(workdir / "kdc" / "krb5.conf"),
            "keytabs": {k: str(keytabs / f"{k}.keytab") for k in ("services", *USERS)},
+           "principals": service_principals(),
+           "keytab_principals": {"services": service_principals(), **{u: (principal(u),) for u in USERS}},
+           "superuser": {"principal": principal("nn"), "keytab": str(keytabs / "services.keytab")},
            "lifetimes": lifetimes.__dict__}
     return krb, site_properties(krb["keytabs"]["services"], daemon_user, lifetimes)
 
@@ -131,6 +134,7 @@ def kdc_address(krb: dict) -> str | None:
 def superuser(krb: dict) -> tuple[str, str]:
     """(principal, keytab) of the NameNode's principal: the HDFS superuser, and who the launcher
     asks the daemons' web endpoints as."""
+    # (a one-host cluster started before cluster.json kept "superuser": its services keytab)
     su = krb.get("superuser") or {"principal": principal("nn"), "keytab": krb["keytabs"]["services"]}
     return su["principal"], su["keytab"]
 

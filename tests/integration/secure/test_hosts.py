@@ -43,11 +43,11 @@ class Hosts:
         env.update(extra)
         return {k: v for k, v in env.items() if v is not None}
 
-    def fs(self, *args: str, **env) -> subprocess.CompletedProcess:
-        """`hdfs dfs ARGS` from this machine, as alice (her ticket cache unless env says otherwise)."""
+    def fs(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+        """`hdfs dfs ARGS` from this machine, as alice (her ticket cache), `stdin` its input."""
         return subprocess.run(["java", "-Xmx192m", f"-Djava.security.krb5.conf={self.info['krb5_conf']}", "-cp",
                                f"{self.conf_dir}:{self.lib_dir}/*", "org.apache.hadoop.fs.FsShell", *args],
-                              capture_output=True, text=True, timeout=120, env=self.env(**env))
+                              input=stdin, capture_output=True, text=True, timeout=120, env=self.env())
 
     def submit(self, *args: str, **env) -> subprocess.CompletedProcess:
         return subprocess.run([PYTHON, "-m", "tony_py.submit", *args], capture_output=True, text=True, cwd=ROOT,
@@ -115,9 +115,7 @@ def test_submitted_from_this_machine_tasks_on_other_hosts_use_hdfs_with_their_to
     base = f"/user/alice/hosts-{credentials.replace(' ', '-')}-{os.getpid()}"
     made = hosts.fs("-mkdir", "-p", f"{base}/out")
     assert made.returncode == 0, made.stderr[-2000:]
-    put = subprocess.run(f"echo forty-two | java -Xmx192m -Djava.security.krb5.conf={hosts.info['krb5_conf']} -cp "
-                         f"'{hosts.conf_dir}:{hosts.lib_dir}/*' org.apache.hadoop.fs.FsShell -put - {base}/input.txt",
-                         shell=True, capture_output=True, text=True, timeout=120, env=hosts.env())
+    put = hosts.fs("-put", "-", f"{base}/input.txt", stdin="forty-two\n")
     assert put.returncode == 0, put.stderr[-2000:]
     login = ["--principal", ALICE, "--keytab", hosts.info["user_keytab"]] if credentials == "keytab" else []
     # With the keytab: no ticket cache at all (one that cannot exist)
