@@ -271,11 +271,17 @@ def executor_pid(cluster, app_id: str, container: str) -> int:
 
 def container_credentials(cluster, app_id: str) -> dict[str, dict[str, bytes]]:
     """The secret keys of each of the app's containers' token files (the NodeManager writes them
-    into the container's working dir), by container id."""
+    into the container's working dir), by container id. A file the NodeManager is still writing
+    (CI: read empty while it localized the AM) is left out: the callers poll until it is whole."""
     from tony_py.appsecret import read_secret_keys
 
-    return {f.parent.name: read_secret_keys(f)
-            for f in cluster.workdir.glob(f"data/nm*/local/usercache/*/appcache/{app_id}/container_*/container_tokens")}
+    out = {}
+    for f in cluster.workdir.glob(f"data/nm*/local/usercache/*/appcache/{app_id}/container_*/container_tokens"):
+        try:
+            out[f.parent.name] = read_secret_keys(f)
+        except RuntimeError:
+            continue
+    return out
 
 
 def app_secret(cluster, app_id: str) -> str | None:
