@@ -14,8 +14,12 @@ lanes are queued first, then the unit tier, then the one-host tests longest firs
 xdist (`-p no:xdist`, `-n 0`) the unit tier runs first and the Docker node image builds in the
 background meanwhile.
 
-With TONY_TEST_NO_SKIPS=1 (`.ci/run`), a skipped test fails the session unless it is marked
-`gpu` on a machine without a GPU; those are listed at the end.
+With TONY_TEST_NO_SKIPS=1 (`.ci/run`), a skipped test fails the session unless it carries the
+`gpu` marker itself and `nvidia-smi` finds no device on this machine (tests/skips.py); those are
+listed at the end. A module skipped at collection fails it always: its tests would vanish.
+
+With TONY_TEST_MANIFEST=FILE (`.ci/run`, from tests/census.py), every test of the tree's census
+must report an outcome: a lane that ran fewer fails the session, with the missing tests named.
 """
 
 from __future__ import annotations
@@ -23,12 +27,16 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
+import census
+import skips
 from lanes import LANES, expected_seconds, lane_of, lane_scheduler, work_unit
 
-NO_SKIPS_ENV = "TONY_TEST_NO_SKIPS"
+NO_SKIPS_ENV = skips.NO_SKIPS_ENV
+MANIFEST_ENV = "TONY_TEST_MANIFEST"
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by these markers
@@ -49,6 +57,22 @@ def pytest_collection_modifyitems(config, items):
                                      position[item]))
     else:
         items.sort(key=lambda item: 0 if lane_of(str(item.fspath)) == "unit" else 1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Under TONY_TEST_NO_SKIPS=1 a module skipped at collection is a collection error (under
+    xdist the controller never sees a skipped collection report, only a failed one)."""
+    outcome = yield
+    skips.refuse_collection_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Marks the reports of a test that carries the `gpu` marker itself (not a keyword that
+    happens to read "gpu"): they travel from xdist's workers as user properties."""
+    outcome = yield
+    skips.mark_gpu_test(item, outcome.get_result())
 
 
 @pytest.hookimpl(tryfirst=True, optionalhook=True)  # (no such hook without xdist: -p no:xdist)
@@ -101,7 +125,8 @@ class _Lanes:
         self.last: dict[str, float] = {}
         self.busy: dict[str, float] = {}
         self.count: dict[str, dict[str, int]] = {}
-        self.skips: list[tuple[str, str, bool]] = []  # (nodeid, reason, needs a GPU)
+        self.skips: list[tuple[str, str, bool]] = []  # (nodeid, reason, marked gpu)
+        self.ran: set[str] = set()  # tests that reported an outcome (of their call, or a setup's)
         self.started = time.time()
 
     def add(self, report) -> None:
@@ -113,9 +138,15 @@ class _Lanes:
         if report.when == "call" or report.outcome != "passed":
             outcome = "failed" if report.failed else report.outcome
             counts[outcome] = counts.get(outcome, 0) + 1
+            self.ran.add(report.nodeid)
         if report.skipped:
             reason = report.longrepr[2] if isinstance(report.longrepr, (tuple, list)) else str(report.longrepr)
-            self.skips.append((report.nodeid, reason, "gpu" in report.keywords))
+            self.skips.append((report.nodeid, reason, skips.marked_gpu(report)))
+
+    def shortfall(self) -> dict[str, list[str]]:
+        """The census' tests that reported nothing, by lane ({} without a census)."""
+        manifest = os.environ.get(MANIFEST_ENV)
+        return census.shortfall(census.load(Path(manifest)), self.ran) if manifest else {}
 
 
 _LANES = _Lanes()
@@ -130,17 +161,28 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if hasattr(config, "workerinput"):
         return
     write = terminalreporter.write_line
-    if _LANES.first:
+    manifest = os.environ.get(MANIFEST_ENV)
+    expected = census.load(Path(manifest)) if manifest else {}
+    if _LANES.first or expected:
         terminalreporter.section("time per lane")
-        write(f"{'lane':<10} {'tests':>24} {'test time':>10} {'wall':>8}")
+        write(f"{'lane':<10} {'census':>7} {'tests':>24} {'test time':>10} {'wall':>8}")
         for lane in LANES:
-            if lane not in _LANES.first:
+            if lane not in _LANES.first and lane not in expected:
                 continue
             counts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(_LANES.count.get(lane, {}).items()))
-            span = _LANES.last[lane] - _LANES.first[lane]
-            write(f"{lane:<10} {counts:>24} {_minutes(_LANES.busy[lane]):>10} {_minutes(span):>8}")
+            span = _LANES.last.get(lane, 0.0) - _LANES.first.get(lane, 0.0)
+            census_n = str(len(expected[lane])) if lane in expected else "-"
+            write(f"{lane:<10} {census_n:>7} {counts or 'none ran':>24} {_minutes(_LANES.busy.get(lane, 0.0)):>10} "
+                  f"{_minutes(span):>8}")
         write(f"the whole session: {_minutes(time.time() - _LANES.started)} wall")
-    gpu = [(nodeid, reason) for nodeid, reason, needs_gpu in _LANES.skips if needs_gpu]
+    short = _LANES.shortfall()
+    if short:
+        terminalreporter.section("ran fewer tests than the census holds", red=True)
+        for lane, missing in short.items():
+            write(f"{lane}: {len(missing)} of {len(expected[lane])} reported nothing, e.g.", red=True)
+            for nodeid in missing[:15]:
+                write(f"  {nodeid}", red=True)
+    gpu = [(nodeid, reason) for nodeid, reason, marked in _LANES.skips if marked and not skips.gpu_present()]
     if gpu:
         terminalreporter.section("skipped: they need hardware this machine lacks")
         for nodeid, reason in gpu:
@@ -154,18 +196,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def _refused_skips(config) -> list[tuple[str, str]]:
     if os.environ.get(NO_SKIPS_ENV) != "1":
         return []
-    return [(nodeid, reason) for nodeid, reason, needs_gpu in _LANES.skips if not needs_gpu]
+    return [(nodeid, reason) for nodeid, reason, marked in _LANES.skips if not skips.exempt(marked)]
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
     """A serial session that ends early (-x, Ctrl-C) lets the image build finish rather than
-    orphan its mmdebstrap; the image is then there for the next run. A skip CI refuses fails the
-    session."""
+    orphan its mmdebstrap; the image is then there for the next run. A skip CI refuses, or a lane
+    that ran fewer tests than the census holds, fails the session."""
     for build in _BUILDS:
         if build is not None:
             build.join(timeout=300)
-    if not hasattr(session.config, "workerinput") and _refused_skips(session.config) \
+    if not hasattr(session.config, "workerinput") and (_refused_skips(session.config) or _LANES.shortfall()) \
             and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
