@@ -43,7 +43,7 @@ def cluster(request) -> Cluster:
     workdir = ROOT / f".test-cluster{worker_suffix()}"
     launcher = LocalCluster(workdir)
     launcher.down(purge=True)  # whatever an aborted earlier session left
-    state, _ = launcher.up(timeout=240)
+    state, _ = start_or_say_why("the one-host cluster", lambda: launcher.up(timeout=240), workdir)
     print(f"\n[cluster] up in {state.up_seconds} s: {launcher.status().get('daemon_rss_mb')}", file=sys.stderr)
     handle = Cluster("processes", Path(state.conf_dir), state.rm_web, state.nn_web, Path(state.lib_dir),
                      workdir, state.nodemanagers)
@@ -52,6 +52,20 @@ def cluster(request) -> Cluster:
     launcher.down(purge=not failed)
     if failed:
         print(f"\n[cluster] {failed} test(s) failed: daemon and container logs kept in {workdir}", file=sys.stderr)
+
+
+def start_or_say_why(what: str, start, workdir: Path):
+    """Start a session's cluster; if it does not come up, fail every test that needs it with one
+    line naming the cluster, how long the start took, and why (not a timeout's stack trace: the
+    start is not charged to a test's timeout, pyproject.toml's timeout_func_only)."""
+    import time
+
+    began = time.monotonic()
+    try:
+        return start()
+    except Exception as e:  # noqa: BLE001 - any failure to start is reported the same way
+        pytest.fail(f"{what} did not start ({time.monotonic() - began:.0f} s): {type(e).__name__}: {e} "
+                    f"(logs in {workdir})", pytrace=False)
 
 
 # ---- running the real CLI ------------------------------------------------------------------------
