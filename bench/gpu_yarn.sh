@@ -12,6 +12,7 @@
 #
 # (Carried in parts because one transfer to the GPU machine holds 64 MiB; the target/ jar travels
 # too.) The JSON has the device, each test's outcome and time, and what the `gpu` test measured.
+# It fails (exit 3) when any of those tests skipped: on a GPU machine every one must run.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -92,5 +93,12 @@ text = json.dumps(result, indent=2)
 print(text)
 model = result["machine"][1].split(",")[1].split()[-1].lower() if len(result["machine"]) > 1 else "gpu"
 open(f"{out}/{model}-gpu_yarn.json", "w").write(text + "\n")  # e.g. h100-gpu_yarn.json
+# on a GPU machine a skip means the real-GPU path was not tried: a failure of this run, not a
+# pass (pytest's own exit code is 0 then)
+not_passed = [t["test"] for t in tests if t["outcome"] != "passed"]
+if rc == 0 and (not_passed or not tests):
+    print(f"gpu_yarn.sh: every test must run and pass on a GPU machine; these did not: {not_passed or 'none ran'}",
+          file=sys.stderr)
+    sys.exit(3)
 EOF
-exit "$rc"
+exit "$rc"  # (set -e: the check above has exited 3 already if a test skipped)
