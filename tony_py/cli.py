@@ -15,6 +15,7 @@ commands:
   advise     how a job could run better, from its own measurements (`tony advise --help`)
   portal     serve the job history as web pages (`tony portal --help`)
   cluster    start, stop or inspect a local YARN + HDFS cluster (`tony cluster --help`)
+  jar-path   print the path of the tony-py jar (for `hadoop jar`, `java -cp`, Dataproc's --jars)
 """
 
 COMMANDS = {
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, end="")
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    if command == "jar-path":
+        return print_jar_path(rest)
     if command not in COMMANDS:
         print(f"tony: unknown command {command!r}\n\n{USAGE}", file=sys.stderr, end="")
         return 2
@@ -65,6 +68,22 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as exc:  # noqa: BLE001 - one line and a file, never a raw traceback
         return report_unexpected(f"tony {command}", exc)
+
+
+def print_jar_path(rest: list[str]) -> int:
+    """The jar this tony-py runs (tony_py.paths.locate_jar), for scripts: `hadoop jar "$(tony jar-path)" …`."""
+    if rest:
+        print(f"tony jar-path: takes no arguments (given: {' '.join(rest)})", file=sys.stderr)
+        return 2
+    from tony_py import paths
+    from tony_py.errors import SetupError
+
+    try:
+        print(paths.locate_jar())
+    except SetupError as exc:
+        print(f"tony jar-path: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

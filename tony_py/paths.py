@@ -1,12 +1,18 @@
-"""Where TonY-py's own files are: the source checkout, the built jar, caches.
+"""Where TonY-py's own files are: the built jar, the local cluster's definition, caches.
 
-TonY-py is used from a checkout (`pip install -e .`): the JVM jar is built by Maven into
-`target/`, and the local cluster's config templates live in `docker/hadoop-cluster/`.
+Two ways to have TonY-py, and both find the same things:
+- installed from the wheel (`pip install tony_py-*.whl`): the jar, the cluster definition and
+  the build's pinned versions are inside the package, in `tony_py/_bundled/` (setup.py puts
+  them there when it builds the wheel);
+- a checkout (`pip install -e .`, scripts/bootstrap): Maven builds the jar into `target/`, the
+  definition is `docker/hadoop-cluster/` and the versions are the root pom.xml's properties.
+TONY_PY_JAR names a jar explicitly, whichever way.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
@@ -16,7 +22,38 @@ from tony_py.errors import SetupError
 
 PACKAGE_DIR = Path(tony_py.__file__).resolve().parent
 SOURCE_ROOT = PACKAGE_DIR.parent
-CLUSTER_DEFINITION_DIR = SOURCE_ROOT / "docker" / "hadoop-cluster"
+BUNDLED_DIR = PACKAGE_DIR / "_bundled"  # only in an installed wheel
+_CHECKOUT_DEFINITION = SOURCE_ROOT / "docker" / "hadoop-cluster"
+CLUSTER_DEFINITION_DIR = _CHECKOUT_DEFINITION if _CHECKOUT_DEFINITION.is_dir() else BUNDLED_DIR / "hadoop-cluster"
+
+
+def build_property(name: str) -> str:
+    """A version the build pinned (hadoop.version, distributedshell.version, …): the checkout's
+    pom.xml, else what the wheel's build recorded."""
+    recorded = BUNDLED_DIR / "build.json"
+    if not (SOURCE_ROOT / "pom.xml").is_file() and recorded.is_file():
+        value = json.loads(recorded.read_text()).get(name)
+        if not value:
+            raise SetupError(f"{recorded} records no {name!r}: reinstall tony-py")
+        return value
+    return pom_property(name, SOURCE_ROOT / "pom.xml")
+
+
+_POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+
+
+def pom_property(name: str, pom: Path) -> str:
+    """A <properties> value of a Maven pom."""
+    import defusedxml.ElementTree as ET
+
+    try:
+        root = ET.parse(pom).getroot()
+    except (OSError, ET.ParseError) as exc:
+        raise SetupError(f"cannot read {pom}: {exc}") from exc
+    node = root.find(f"m:properties/m:{name}", _POM_NS)
+    if node is None or not (node.text or "").strip():
+        raise SetupError(f"{pom} has no <{name}> property")
+    return node.text.strip()
 
 
 def cache_dir() -> Path:
@@ -40,7 +77,8 @@ def default_cluster_workdir(kind: str = "processes") -> Path:
 def locate_jar() -> Path:
     """The tony-py jar with the ApplicationMaster and the client bridge.
 
-    TONY_PY_JAR wins; otherwise the jar Maven built in the checkout's target/.
+    TONY_PY_JAR wins; then the jar inside an installed wheel; then the jar Maven built in a
+    checkout's target/.
     """
     env = os.environ.get("TONY_PY_JAR")
     if env:
@@ -48,9 +86,15 @@ def locate_jar() -> Path:
         if not path.is_file():
             raise SetupError(f"TONY_PY_JAR={env} does not exist")
         return path
+    bundled = BUNDLED_DIR / "tony-py.jar"
+    if bundled.is_file():
+        return bundled
     candidates = sorted((SOURCE_ROOT / "target").glob("tony-py-*.jar"))
     candidates = [c for c in candidates if not c.name.startswith("original-")]
     if not candidates:
+        if not (SOURCE_ROOT / "pom.xml").is_file():
+            raise SetupError(f"this tony-py ({PACKAGE_DIR}) carries no jar: install it from its wheel "
+                             "(`pip install tony_py-*.whl`), or set TONY_PY_JAR to the tony-py jar")
         raise SetupError(
             "the tony-py jar is not built: run `mvn -q package -DskipTests` in "
             f"{SOURCE_ROOT} (scripts/bootstrap does this)"

@@ -35,7 +35,7 @@ STAGING_ROOT = ".tony"
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 # Pure-Python (or abi3) packages the AM and executors import, shipped with every job.
 RUNTIME_PACKAGES = ("tony_py", "py4j", "defusedxml", "psutil")
-_SKIP_DIRS = {"__pycache__", "tests"}
+_SKIP_DIRS = {"__pycache__", "tests", "_bundled"}  # _bundled: an installed wheel's jar, not the job's
 
 
 @dataclass

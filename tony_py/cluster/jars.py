@@ -13,29 +13,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-import defusedxml.ElementTree as ET
-
 from tony_py import paths
 from tony_py.errors import SetupError
 
-_POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 _COMPLETE_MARKER = ".complete"
 
 
-def pom_property(name: str, pom: Path | None = None) -> str:
-    pom = pom or paths.SOURCE_ROOT / "pom.xml"
-    try:
-        root = ET.parse(pom).getroot()
-    except (OSError, ET.ParseError) as exc:
-        raise SetupError(f"cannot read {pom}: {exc}") from exc
-    node = root.find(f"m:properties/m:{name}", _POM_NS)
-    if node is None or not (node.text or "").strip():
-        raise SetupError(f"{pom} has no <{name}> property")
-    return node.text.strip()
-
-
 def pinned_hadoop_version() -> str:
-    return os.environ.get("TONY_HADOOP_VERSION") or pom_property("hadoop.version")
+    return os.environ.get("TONY_HADOOP_VERSION") or paths.build_property("hadoop.version")
 
 
 def _run_maven(pom: Path, out: Path, properties: dict[str, str]) -> None:
@@ -56,7 +41,7 @@ def ensure_hadoop_jars(version: str | None = None) -> Path:
     version = version or pinned_hadoop_version()
     return _ensure_lib(paths.CLUSTER_DEFINITION_DIR / "pom.xml", f"hadoop-{version}/lib", {
         "hadoop.version": version,
-        "distributedshell.version": pom_property("distributedshell.version"),
+        "distributedshell.version": paths.build_property("distributedshell.version"),
     })
 
 

@@ -34,7 +34,7 @@ LIB_NAME = "libhadoop.so"
 
 def lib_dir() -> Path:
     """Where the verified libhadoop.so lies (a daemon's java.library.path)."""
-    version = jars.pom_property("trino.hadoop.version", POM)
+    version = paths.pom_property("trino.hadoop.version", POM)
     return paths.cache_dir() / "native" / f"hadoop-apache-{version}"
 
 
