@@ -12,6 +12,8 @@ A process frozen between that check and its write still lands the write after th
 lease can stop what is past its check): so the checkpoint is fenced by the gang attempt, which
 grows with every copy of the task (TONY_RESTART_ATTEMPT) — each attempt writes a file of its
 own and a copy resumes from the highest — and a late write cannot overwrite a newer copy's.
+With --until-file, a task that took its last step exits only once that file exists (a test
+that must see something happen while the job runs creates it after).
 """
 
 import argparse
@@ -29,6 +31,8 @@ def main():
     p.add_argument("--dir", required=True)
     p.add_argument("--steps", type=int, default=100, help="the step at which each task is done")
     p.add_argument("--step-time", type=float, default=0.2)
+    p.add_argument("--until-file", help="once done, exit only when this file exists: the job outlives what a test "
+                                        "waits for, however fast the machine steps")
     args = p.parse_args()
     me = f"{os.environ['JOB_NAME']}:{os.environ['TASK_INDEX']}"
     attempt = int(os.environ.get("TONY_RESTART_ATTEMPT", "0"))
@@ -54,6 +58,8 @@ def main():
         os.replace(ckpt + f".{os.getpid()}", ckpt)
         os.write(log, (json.dumps({**who, "step": step, "t": time.time(), "checked": checked}) + "\n").encode())
     print(f"done at step {step}", flush=True)
+    while args.until_file and not os.path.exists(args.until_file):
+        time.sleep(args.step_time)
 
 
 def resume(directory: str, task: str) -> int:

@@ -19,13 +19,20 @@ LEASE_S = 10.0  # tony.task.executor.lease-sec's default
 
 
 class StepperJob:
-    """A stepper job on the Docker cluster, and what its steps and its history say."""
+    """A stepper job on the Docker cluster, and what its steps and its history say. With `held`,
+    its tasks exit only once release() was called (stepper.py --until-file): a test that must see
+    something happen while the job runs does not race the job's end."""
 
-    def __init__(self, cluster, name: str, *conf: str, steps: int = 150, workers: int = 3, step_time: float = 0.2):
+    def __init__(self, cluster, name: str, *conf: str, steps: int = 150, workers: int = 3, step_time: float = 0.2,
+                 held: bool = False):
         self.cluster = cluster
         self.dir = Path(cluster.launcher.load_state().shared_dir) / name
+        self.release_file = self.dir / "release" if held else None
+        params = f"--dir {self.dir} --steps {steps} --step-time {step_time}"
+        if held:
+            params += f" --until-file {self.release_file}"
         args = ["--src_dir", str(JOBS), "--executes", "stepper.py", "--python_binary_path", "/usr/bin/python3",
-                "--task_params", f"--dir {self.dir} --steps {steps} --step-time {step_time}",
+                "--task_params", params,
                 "--conf", "tony.application.framework=pytorch", "--conf", f"tony.worker.instances={workers}",
                 "--conf", "tony.worker.memory=512m", "--conf", "tony.am.memory=512m",
                 "--conf", "tony.am.retry-count=2", "--conf", "tony.am.max-attempts=2"]
@@ -61,7 +68,13 @@ class StepperJob:
                 return task, daemon
         raise AssertionError("every worker runs on the AM's node")
 
+    def release(self) -> None:
+        if self.release_file is not None:
+            self.release_file.parent.mkdir(parents=True, exist_ok=True)
+            self.release_file.touch()
+
     def finish(self, timeout: float = 300) -> Run:
+        self.release()  # (a held job that failed first must not keep its tasks waiting)
         return self.job.wait(timeout=timeout)
 
     def history(self) -> dict:
@@ -75,7 +88,8 @@ def node_processes(cluster, daemon: str, pattern: str) -> list[str]:
 
 
 def stale_writers(job: StepperJob, fault_at: float, hosts: set[str] | None = None) -> list:
-    """The copies that were writing when the fault struck (on these hosts only, if given)."""
+    """The copies that were writing when the fault struck (on these hosts only, if given):
+    fault_at is the time before the fault's call (Strike.started)."""
     return [w for ws in writers(job.steps()).values() for w in ws
             if w.first < fault_at and (hosts is None or w.host in hosts)]
 
@@ -95,6 +109,13 @@ def resumed_at(job: StepperJob, fault_at: float, timeout: float = 120) -> float:
 def wait_resumed(job: StepperJob, fault_at: float, task: str, timeout: float = 120) -> None:
     wait_for(lambda: any(w.first > fault_at for w in writers(job.steps()).get(task, [])), timeout,
              f"{task} to step on in a new copy")
+
+
+def events_of(history: dict, kind: str, task: str | None = None, **fields) -> list[dict]:
+    """The job's recorded events of a kind (for a task; with these fields), in the order the AM
+    recorded them."""
+    return [e for e in history["events"] if e["kind"] == kind and (task is None or e.get("task") == task)
+            and all(e.get(k) == v for k, v in fields.items())]
 
 
 def host_of(cluster, daemon: str) -> str:
