@@ -45,7 +45,8 @@ def test_a_detached_job_across_three_hosts_and_every_view_of_it(cluster, tony, p
     try:
         # the tracking URL, through YARN's web proxy, from this machine: full detail
         proxied = f"{cluster.rm_web}/proxy/{app_id}"
-        status = wait_for(lambda: _running_with_tensorboard(proxied), 180, "3 workers and TensorBoard")
+        status = wait_for(lambda: _running_with_tensorboard(proxied), 180, "3 workers and TensorBoard",
+                          explain=lambda: _yarn_says(cluster, app_id))
         workers = [t for t in status["tasks"] if t["name"].startswith("worker:")]
         hosts = {t["host"] for t in workers}
         assert len(hosts) == 3, workers  # notin,node,worker: one worker per host
@@ -106,6 +107,12 @@ def _running_with_tensorboard(proxied: str) -> dict | None:
         return None
     running = [t for t in status.get("tasks", []) if t["state"] == "RUNNING" and t["name"].startswith("worker")]
     return status if len(running) == 3 and status.get("tensorboard_url") else None
+
+
+def _yarn_says(cluster, app_id: str) -> str:
+    """The application as YARN reports it (a job that never ran says why there)."""
+    app = cluster.app(app_id)
+    return f"YARN: {app.get('state')} {app.get('finalStatus')}: {app.get('diagnostics')}"
 
 
 def _records(out: str) -> list[dict]:
