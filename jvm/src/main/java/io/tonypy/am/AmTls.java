@@ -1,5 +1,6 @@
 package io.tonypy.am;
 
+import io.tonypy.bridge.Streams;
 import java.io.File;
 import java.io.FileInputStream;
 import java.io.IOException;
@@ -39,7 +40,7 @@ final class AmTls {
             .redirectErrorStream(true);
     p.environment().put("TONY_TLS_PASS", new String(password));
     Process run = p.start();
-    String output = new String(run.getInputStream().readAllBytes(), StandardCharsets.UTF_8);
+    String output = new String(Streams.readAll(run.getInputStream()), StandardCharsets.UTF_8);
     if (!run.waitFor(60, TimeUnit.SECONDS) || run.exitValue() != 0) {
       throw new IOException("keytool could not make the AM's TLS key: " + output.trim());
     }

@@ -66,7 +66,7 @@ public final class FsBridge {
       try (java.io.InputStream in = java.nio.file.Files.newInputStream(java.nio.file.Paths.get(localPath));
           FSDataOutputStream out = fs.create(tmp, new FsPermission((short) mode), true, BUFFER,
               fs.getDefaultReplication(tmp), fs.getDefaultBlockSize(tmp), null)) {
-        in.transferTo(out);
+        Streams.copy(in, out);
       }
       if (!fs.rename(tmp, dst) && !fs.exists(dst)) {
         throw new IOException("could not rename " + tmp + " to " + dst);
@@ -191,7 +191,7 @@ public final class FsBridge {
   public String readText(String path) throws IOException {
     Path p = new Path(path);
     try (java.io.InputStream in = fs(p).open(p)) {
-      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
+      return new String(Streams.readAll(in), StandardCharsets.UTF_8);
     }
   }
 

@@ -1,5 +1,6 @@
 package io.tonypy.cli;
 
+import io.tonypy.bridge.Streams;
 import java.io.BufferedReader;
 import java.io.File;
 import java.io.IOException;
@@ -261,7 +262,7 @@ public final class Submit {
       if (in == null) {
         throw new UsageException("this jar has no bundled Python runtime (" + RUNTIME + "): rebuild it with mvn package");
       }
-      hash = new String(in.readAllBytes(), StandardCharsets.UTF_8).trim();
+      hash = new String(Streams.readAll(in), StandardCharsets.UTF_8).trim();
     } catch (IOException e) {
       throw new UsageException("cannot read the bundled runtime: " + e.getMessage());
     }
