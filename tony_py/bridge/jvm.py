@@ -51,6 +51,14 @@ def java_home() -> Path:
     return Path(java).resolve().parent.parent
 
 
+def checked_java_home(path: str) -> Path:
+    """A JAVA_HOME given explicitly (`tony cluster up --java-home`): it must hold bin/java."""
+    home = Path(path).expanduser().resolve()
+    if not os.access(home / "bin" / "java", os.X_OK):
+        raise SetupError(f"--java-home {path}: no executable bin/java in it (give a JDK's or JRE's home)")
+    return home
+
+
 def java_executable() -> str:
     return str(java_home() / "bin" / "java")
 

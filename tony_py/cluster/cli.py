@@ -12,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from tony_py import paths
+from tony_py import hadoop_support, paths
 from tony_py.cluster.definition import STATE_FILE
 from tony_py.cluster.docker import DockerCluster
 from tony_py.cluster.processes import LocalCluster
@@ -41,11 +41,24 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
                         help="two ResourceManagers (rm1, rm2) with automatic fail-over through a ZooKeeper of "
                              "their own, as production clusters run them; default workdir ~/.local/state/tony-py/ha-cluster")
     parser.add_argument("--nodes", type=int, default=3, help="with up --docker: how many NodeManagers (default 3)")
+    parser.add_argument("--hadoop-version", metavar="VERSION",
+                        help="with up: daemons of this Apache Hadoop release, from Maven Central (default: the "
+                             "pinned one, " + _pinned() + f"; {hadoop_support.OLDEST} or newer)")
+    parser.add_argument("--java-home", metavar="DIR",
+                        help="with up (not --docker): the JDK or JRE the daemons run on and the NodeManagers give "
+                             "their containers (the AM's JVM), e.g. a Java 11 one (default: this machine's)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--purge", action="store_true", help="with down: also delete the workdir")
     parser.add_argument("--timeout", type=float, default=240.0,
                         help="with up: seconds to wait for the cluster to be ready")
     return parser
+
+
+def _pinned() -> str:
+    try:
+        return paths.build_property("hadoop.version")
+    except TonyError:
+        return "?"
 
 
 def open_cluster(workdir: str | None, docker: bool, secure: bool = False, ha: bool = False) -> LocalCluster | DockerCluster:
@@ -103,12 +116,14 @@ def run(args: argparse.Namespace) -> int:
             default = "docker-ha" if args.ha else "docker-secure" if args.secure else None
             cluster = DockerCluster(args.workdir or (paths.default_cluster_workdir(default) if default else None))
             state, started = cluster.up(nodes=args.nodes, timeout=args.timeout, ha=args.ha, kerberos=args.secure,
-                                        log=lambda line: print(line, file=sys.stderr, flush=True))
+                                        log=lambda line: print(line, file=sys.stderr, flush=True),
+                                        hadoop_version=args.hadoop_version)
         else:
             workdir = args.workdir or (paths.default_cluster_workdir("secure") if args.secure else
                                        paths.default_cluster_workdir("ha") if args.ha else None)
             cluster = LocalCluster(workdir)
-            state, started = cluster.up(timeout=args.timeout, kerberos=args.secure, ha=args.ha)
+            state, started = cluster.up(timeout=args.timeout, kerberos=args.secure, ha=args.ha,
+                                        hadoop_version=args.hadoop_version, java_home=args.java_home)
         info = cluster.status()
         print(json.dumps(info, indent=2)) if args.json else _print_up(cluster, state, started, info)
         return 0
@@ -140,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.secure and args.ha:
         print("tony cluster: --ha and --secure together are not supported yet (use one or the other)", file=sys.stderr)
+        return 2
+    if args.java_home and args.docker:
+        print("tony cluster: --java-home is for the process launcher; the Docker cluster's nodes run their image's "
+              "JDK", file=sys.stderr)
         return 2
     if args.action == "up" and args.docker and not 1 <= args.nodes <= 50:
         print(f"tony cluster: --nodes must be 1..50, got {args.nodes}", file=sys.stderr)

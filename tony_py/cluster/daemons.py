@@ -61,6 +61,7 @@ class ClusterState:
     kerberos: dict | None = None
     # An HA pair (up --ha): {"zookeeper": "host:port", "zk_port": int, "rms": [{"id", "host", <port names>}]}.
     ha: dict | None = None
+    java_home: str | None = None  # what the daemons and their containers run on (up's java_home)
 
     @property
     def rm_webs(self) -> dict[str, str]:

@@ -87,9 +87,19 @@ def gpu_properties(nm: dict) -> str:
     props = {
         "yarn.nodemanager.resource-plugins": "yarn.io/gpu",
         "yarn.nodemanager.resource-plugins.gpu.allowed-gpu-devices": "auto",
-        "yarn.nodemanager.resource-plugins.gpu.path-to-discovery-executables": nm["gpu_discovery"],
+        # the directory that holds nvidia-smi, as Dataproc configures it: Hadoop 3.3.x's
+        # GpuDiscoverer refuses a file path whose name IS nvidia-smi (its name check is inverted:
+        # "It should point to an nvidia-smi binary"), and every version takes the directory
+        "yarn.nodemanager.resource-plugins.gpu.path-to-discovery-executables": gpu_discovery_dir(nm["gpu_discovery"]),
     }
     return "\n".join(f"  <property><name>{k}</name><value>{v}</value></property>" for k, v in props.items())
+
+
+def gpu_discovery_dir(binary: str) -> str:
+    path = Path(binary)
+    if path.name != "nvidia-smi":
+        raise ValueError(f"YARN's GPU discovery runs a binary named nvidia-smi, not {binary}")
+    return str(path.parent)
 
 
 def install_standin(target_dir: Path) -> Path:
@@ -231,3 +241,14 @@ def wait_ready(dead: Callable[[], list[str]], rm_web: str | Callable[[], str | N
             return
         time.sleep(0.25)
     raise SetupError(f"the cluster did not become ready in time: {last}")
+
+
+def check_running_matches(workdir, existing, kerberos: bool, ha: bool, hadoop_version: str | None) -> None:
+    """`up` on a workdir whose cluster runs already: refused if it was started otherwise."""
+    for wanted, has, what in ((kerberos, bool(existing.kerberos), "Kerberos (--secure)"),
+                              (ha, bool(existing.ha), "two ResourceManagers (--ha)"),
+                              (hadoop_version or existing.hadoop_version, existing.hadoop_version, "Hadoop")):
+        if wanted != has:
+            running = f"Hadoop {has}, not {wanted}" if what == "Hadoop" else f"{'with' if has else 'without'} {what}"
+            raise SetupError(f"the cluster in {workdir} is running {running}; run `tony cluster down` first, "
+                             "or give another --workdir")

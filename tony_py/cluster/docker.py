@@ -81,7 +81,7 @@ class DockerCluster:
 
     # ---- up ----------------------------------------------------------------------------
     def up(self, nodes: int = 3, timeout: float = 240.0, log=print, ha: bool = False,
-           kerberos: bool = False) -> tuple[DockerClusterState, bool]:
+           kerberos: bool = False, hadoop_version: str | None = None) -> tuple[DockerClusterState, bool]:
         if not 1 <= nodes <= 50:
             raise SetupError(f"--nodes must be 1..50, got {nodes}")
         if kerberos and ha:
@@ -91,16 +91,12 @@ class DockerCluster:
         if existing is not None:
             alive = self._alive(existing)
             if alive and all(alive.values()):
-                for wanted, has, what in ((ha, bool(existing.ha), "two ResourceManagers (--ha)"),
-                                          (kerberos, bool(existing.kerberos), "Kerberos (--secure)")):
-                    if wanted != has:
-                        raise SetupError(f"the cluster in {self.workdir} is running {'with' if has else 'without'} "
-                                         f"{what}; run `tony cluster down` first, or give another --workdir")
+                definition.check_running_matches(self.workdir, existing, kerberos, ha, hadoop_version)
                 return existing, False
             if any(alive.values()):
                 raise SetupError(f"the cluster in {self.workdir} is partly running; run `tony cluster down` first")
         started = time.monotonic()
-        version = jars.pinned_hadoop_version()
+        version = jars.cluster_version(hadoop_version)
         lib = jars.ensure_hadoop_jars(version)
         if kerberos:
             secure.preflight()  # before anything starts: say what to install, fetch libhadoop.so

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tony_py import paths
+from tony_py import hadoop_support, paths
 from tony_py.errors import SetupError
 
 _COMPLETE_MARKER = ".complete"
@@ -21,6 +21,14 @@ _COMPLETE_MARKER = ".complete"
 
 def pinned_hadoop_version() -> str:
     return os.environ.get("TONY_HADOOP_VERSION") or paths.build_property("hadoop.version")
+
+
+def cluster_version(asked: str | None) -> str:
+    """The Hadoop release a new local cluster runs: the one asked for (`--hadoop-version`), else
+    the pinned one; refused when TonY-py does not support it (hadoop_support.OLDEST)."""
+    version = asked or pinned_hadoop_version()
+    hadoop_support.check_supported(version, "--hadoop-version" if asked else "the Hadoop version")
+    return version
 
 
 def _run_maven(pom: Path, out: Path, properties: dict[str, str]) -> None:

@@ -73,6 +73,7 @@ class LocalCluster:
             "kind": self.kind,
             "state": overall_state(alive),
             "hadoop_version": state.hadoop_version,
+            "java_home": state.java_home,
             "hadoop_conf_dir": state.conf_dir,
             "hadoop_lib_dir": state.lib_dir,
             "resourcemanager_web": state.rm_web,
@@ -106,11 +107,14 @@ class LocalCluster:
 
     # ---- up ----------------------------------------------------------------------------
     def up(self, timeout: float = 180.0, kerberos: bool = False, ha: bool = False,
-           recovery: bool = True) -> tuple[ClusterState, bool]:
+           recovery: bool = True, hadoop_version: str | None = None,
+           java_home: str | None = None) -> tuple[ClusterState, bool]:
         """Start the cluster (with kerberos: a secure one, its own KDC included; with ha: two
         ResourceManagers and a ZooKeeper; without recovery: RMs and NodeManagers that forget
-        running jobs when restarted, a benchmark's baseline). Returns (state, started); started
-        is False if it was running."""
+        running jobs when restarted, a benchmark's baseline; hadoop_version: daemons of that
+        Hadoop release from Maven Central, else the pinned one; java_home: the JDK or JRE the
+        daemons run on, and the NodeManagers give their containers, else this one's). Returns
+        (state, started); started is False if it was running."""
         if kerberos and ha:
             raise SetupError("--ha and --secure together are not supported yet: choose one")
         if ha and not recovery:
@@ -119,11 +123,7 @@ class LocalCluster:
         if existing is not None:
             alive = [d for d in existing.daemons if d.process() is not None]
             if alive and len(alive) == len(existing.daemons):
-                for wanted, has, what in ((kerberos, bool(existing.kerberos), "Kerberos"),
-                                          (ha, bool(existing.ha), "two ResourceManagers (--ha)")):
-                    if wanted != has:
-                        raise SetupError(f"the cluster in {self.workdir} is running {'with' if has else 'without'} "
-                                         f"{what}; run `tony cluster down` first, or give another --workdir")
+                definition.check_running_matches(self.workdir, existing, kerberos, ha, hadoop_version)
                 return existing, False
             if alive:
                 names = ", ".join(sorted(set(d.name for d in existing.daemons) - set(a.name for a in alive)))
@@ -132,11 +132,13 @@ class LocalCluster:
                     "run `tony cluster down` first"
                 )
         started = time.monotonic()
-        version = jars.pinned_hadoop_version()
+        version = jars.cluster_version(hadoop_version)
+        java = str(jvm.checked_java_home(java_home) if java_home else jvm.java_home())
         lib = jars.ensure_hadoop_jars(version)
         if kerberos:
             secure.preflight()  # before anything starts: say what to install, fetch libhadoop.so
         state = self._configure(version, lib, kerberos, ha, recovery)
+        state.java_home = java
         self._save_state(state)
         try:
             self._start_daemons(state)
@@ -221,8 +223,9 @@ class LocalCluster:
         return str(definition.install_standin(self.workdir / "gpu")), True
 
     def _java_cmd(self, state: ClusterState, daemon: str, conf_dir: str, log_name: str) -> list[str]:
-        cmd = definition.java_command(jvm.java_executable(), daemon, conf_dir, state.lib_dir,
-                                      str(self.workdir / "logs"), log_name, str(self.workdir), getpass.getuser())
+        java = f"{state.java_home or jvm.java_home()}/bin/java"
+        cmd = definition.java_command(java, daemon, conf_dir, state.lib_dir, str(self.workdir / "logs"), log_name,
+                                      str(self.workdir), getpass.getuser())
         if state.kerberos:
             cmd[1:1] = secure.daemon_jvm_options(state.kerberos, daemon)
         return cmd
@@ -231,7 +234,7 @@ class LocalCluster:
         env = dict(os.environ)
         if path_first:  # containers inherit the NodeManager's PATH (yarn.nodemanager.env-whitelist)
             env["PATH"] = f"{path_first}:{env.get('PATH', '')}"
-        env["JAVA_HOME"] = str(jvm.java_home())
+        env["JAVA_HOME"] = state.java_home or str(jvm.java_home())
         env["HADOOP_CONF_DIR"] = conf_dir
         # Containers (started by the NodeManagers) see these through the env whitelist.
         env["HADOOP_HOME"] = str(self.workdir)
