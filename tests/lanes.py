@@ -5,6 +5,8 @@
 - `secure`: tests/integration/secure, on the Kerberos cluster; one unit likewise.
 - `ha`: tests/integration/ha, on the cluster with two ResourceManagers and a ZooKeeper; one unit
   likewise.
+- `compat`: tests/integration/compat, the core of the suite again on an older Hadoop release and
+  Java 11 (its own clusters); one unit likewise.
 - `unit`: tests/unit; a unit per module (their module fixtures are built once).
 - `processes`: the rest of tests/integration, on the one-host cluster of whichever worker runs
   them; a test is its own unit of work unless its module shares a fixture between its tests
@@ -21,7 +23,7 @@ import functools
 import re
 from pathlib import Path
 
-LANES = ("multihost", "secure", "ha", "unit", "processes")  # the order work is queued in
+LANES = ("multihost", "secure", "ha", "compat", "unit", "processes")  # the order work is queued in
 DEFAULT_INTEGRATION_S = 8.0  # about a one-host test's median
 
 # seconds, from the serial fresh-clone run of 2026-11-27 (before the lanes), and test_advice's and
@@ -64,6 +66,8 @@ def lane_of(path: str) -> str:
         return "secure"
     if "/tests/integration/ha/" in path:
         return "ha"
+    if "/tests/integration/compat/" in path:
+        return "compat"
     return "processes"
 
 
@@ -75,7 +79,7 @@ def work_unit(nodeid: str) -> str:
     """The scheduler's unit of work a test belongs to (a worker runs a unit whole, in order)."""
     module = nodeid.split("::", 1)[0]
     lane = lane_of(module)
-    if lane in ("multihost", "secure", "ha"):
+    if lane in ("multihost", "secure", "ha", "compat"):
         return lane
     if lane == "unit" or _shares_a_fixture(module):
         return module

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster_start import start_or_say_why
 from support import JOBS, PYTHON, ROOT, Cluster, Run, app_id_in, clean_up, finish, wait_clean, worker_suffix
 from tony_py.cluster import LocalCluster
 
@@ -52,20 +53,6 @@ def cluster(request) -> Cluster:
     launcher.down(purge=not failed)
     if failed:
         print(f"\n[cluster] {failed} test(s) failed: daemon and container logs kept in {workdir}", file=sys.stderr)
-
-
-def start_or_say_why(what: str, start, workdir: Path):
-    """Start a session's cluster; if it does not come up, fail every test that needs it with one
-    line naming the cluster, how long the start took, and why (not a timeout's stack trace: the
-    start is not charged to a test's timeout, pyproject.toml's timeout_func_only)."""
-    import time
-
-    began = time.monotonic()
-    try:
-        return start()
-    except Exception as e:  # noqa: BLE001 - any failure to start is reported the same way
-        pytest.fail(f"{what} did not start ({time.monotonic() - began:.0f} s): {type(e).__name__}: {e} "
-                    f"(logs in {workdir})", pytrace=False)
 
 
 # ---- running the real CLI ------------------------------------------------------------------------

@@ -13,6 +13,7 @@ def test_each_cluster_lane_is_one_unit_of_work_and_the_rest_spreads():
     assert work_unit("tests/integration/multihost/test_across_hosts.py::test_b[x]") == "multihost"
     assert work_unit("tests/integration/secure/test_kerberos.py::test_c[no ticket]") == "secure"
     assert work_unit("tests/integration/ha/test_failover.py::test_h") == "ha"
+    assert work_unit("tests/integration/compat/test_core.py::test_i[x]") == "compat"
     assert work_unit("tests/unit/test_config.py::test_d") == "tests/unit/test_config.py"
     # a module-scoped fixture (Airflow's home, the drop-in's bare venv): the module stays whole
     assert work_unit("tests/integration/test_airflow.py::test_e") == "tests/integration/test_airflow.py"
@@ -21,7 +22,8 @@ def test_each_cluster_lane_is_one_unit_of_work_and_the_rest_spreads():
     assert work_unit("tests/integration/test_policies.py::test_g") == "tests/integration/test_policies.py::test_g"
     assert [lane_of(p) for p in ("/x/tests/unit/a.py", "tests/integration/multihost/b.py",
                                  "tests/integration/secure/c.py", "tests/integration/ha/e.py",
-                                 "tests/integration/d.py")] == ["unit", "multihost", "secure", "ha", "processes"]
+                                 "tests/integration/compat/f.py", "tests/integration/d.py")] \
+        == ["unit", "multihost", "secure", "ha", "compat", "processes"]
     assert LANES[:2] == ("multihost", "secure")  # the longest lanes are queued first
 
 
