@@ -16,12 +16,22 @@ from pathlib import Path
 
 import pytest
 
-from support import ROOT, USER, Cluster
+from support import JOBS, PYTHON, ROOT, USER, Cluster
 from tony_py.bridge.gateway import ClientGateway
 from tony_py.cluster import LocalCluster, secure
 
 TOKEN_RENEW_S = 30
 TOKEN_MAX_S = 90
+ALICE = secure.principal("alice")
+FAST = ["--conf", "tony.am.memory=512m", "--conf", "tony.worker.memory=512m"]
+
+
+def hdfs_io_args(cluster, base: str, workers: int = 2, params: str = "") -> list[str]:
+    """A job of jobs/hdfs_io.py: its tasks read base/input.txt and write base/out with their tokens only."""
+    return ["--src_dir", str(JOBS), "--executes", "hdfs_io.py", "--python_binary_path", PYTHON,
+            "--task_params", f"{cluster.lib_dir} {base} {params}".strip(),
+            "--conf", "tony.application.framework=pytorch",
+            "--conf", f"tony.worker.instances={workers}", *FAST]
 
 
 @contextlib.contextmanager
@@ -113,3 +123,18 @@ def cluster(request, tmp_path_factory) -> SecureCluster:
     launcher.down(purge=not failed)
     if failed:
         print(f"\n[secure cluster] {failed} test(s) failed: logs kept in {workdir}", file=sys.stderr)
+
+
+@pytest.fixture
+def hdfs_dir(cluster, request):
+    """A fresh dir in alice's home with an input file (written as alice), removed after; and a
+    client JVM logged in as alice from her keytab."""
+    base = f"/user/alice/it-{request.node.name[:40]}-{os.getpid()}"
+    gw = cluster.gateway(ALICE, cluster.keytab("alice"))
+    try:
+        gw.call("mkdir", gw.fs.mkdirs, f"{base}/out", 0o700)
+        gw.call("write input", gw.fs.writeText, f"{base}/input.txt", "forty-two\n", 0o600)
+        yield base, gw
+        gw.call("clean", gw.fs.delete, base, True)
+    finally:
+        gw.close()

@@ -11,34 +11,12 @@ import time
 
 import pytest
 
-from support import JOBS, PYTHON, ROOT, Background, am_processes, app_id_in, probe_records
+from secure.conftest import ALICE, FAST, hdfs_io_args
+from support import JOBS, PYTHON, ROOT, app_id_in, probe_records
 from tony_py import api
 from tony_py.cluster import secure
 
-ALICE = secure.principal("alice")
 BOB = secure.principal("bob")
-FAST = ["--conf", "tony.am.memory=512m", "--conf", "tony.worker.memory=512m"]
-
-
-def hdfs_io_args(cluster, base: str, workers: int = 2, params: str = "") -> list[str]:
-    return ["--src_dir", str(JOBS), "--executes", "hdfs_io.py", "--python_binary_path", PYTHON,
-            "--task_params", f"{cluster.lib_dir} {base} {params}".strip(),
-            "--conf", "tony.application.framework=pytorch",
-            "--conf", f"tony.worker.instances={workers}", *FAST]
-
-
-@pytest.fixture
-def hdfs_dir(cluster, request):
-    """A fresh dir in alice's home with an input file (written as alice), removed after."""
-    base = f"/user/alice/it-{request.node.name[:40]}-{os.getpid()}"
-    gw = cluster.gateway(ALICE, cluster.keytab("alice"))
-    try:
-        gw.call("mkdir", gw.fs.mkdirs, f"{base}/out", 0o700)
-        gw.call("write input", gw.fs.writeText, f"{base}/input.txt", "forty-two\n", 0o600)
-        yield base, gw
-        gw.call("clean", gw.fs.delete, base, True)
-    finally:
-        gw.close()
 
 
 def status_json(cluster) -> dict:
@@ -246,80 +224,3 @@ def test_a_second_user_cannot_read_the_first_users_staging_dir_or_history(cluste
 def tony_cli(cluster, *args, **env):
     return subprocess.run([PYTHON, "-m", "tony_py.cli", *args], env=cluster.env(**env), cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
-
-
-# ---- jobs longer than their tokens -------------------------------------------------------------------
-def written_at(gw, base: str) -> dict[str, float]:
-    """{file name: when HDFS says it was written (s)} for the job's outputs."""
-    names = gw.call("list outputs", gw.fs.listFiles, f"{base}/out")
-    return {n.rsplit("/", 1)[-1]: json.loads(gw.call("stat", gw.fs.describe, n))["mtime"] / 1000 for n in names}
-
-
-def test_tokens_end_with_a_keytab_the_job_goes_on_without_one_a_late_restart_says_why(cluster, tony, hdfs_dir):
-    """Tokens die TOKEN_MAX_S after the submit. Two jobs side by side (one wait for both):
-
-    - with the keytab, the AM renews them and running tasks write HDFS past that with the set
-      their executor fetched (tony_py/executor/tokens.py). Then its AM is killed: the next
-      attempt starts (YARN-2704: the RM's own new tokens localize it), gets a new set before it
-      registers and adopts the running tasks, whose executors fetch its sets. Then the tasks die
-      and that attempt restarts them, with its set, and the job succeeds;
-    - without one (alice's ticket), the client says when the tokens end; the task dies
-      (SIGKILL: restartable) only after they are dead, its replacement's first HDFS read fails,
-      and the failure says why and what to do."""
-    from secure.conftest import TOKEN_MAX_S
-
-    base, gw = hdfs_dir
-    plain = base + "-no-keytab"
-    gw.call("mkdir", gw.fs.mkdirs, f"{plain}/out", 0o700)
-    gw.call("write input", gw.fs.writeText, f"{plain}/input.txt", "forty-two\n", 0o600)
-    submitted = time.time()
-    dead = submitted + TOKEN_MAX_S
-    without = Background(cluster, ["--conf", "tony.am.retry-count=1", *hdfs_io_args(
-        cluster, plain, workers=1, params=f"--rounds 2 --every {TOKEN_MAX_S + 5} --die-in-round 1")])
-    # A lease longer than the next AM attempt's start on 2 busy cores (10 s, the default, is not
-    # always): its tasks are adopted, not fenced.
-    job = Background(cluster, ["--principal", ALICE, "--keytab", cluster.keytab("alice"),
-                               "--conf", "tony.am.retry-count=1", "--conf", "tony.task.executor.lease-sec=30",
-                               *hdfs_io_args(cluster, base, params=f"--rounds 100 --every 6 --die-after {dead + 2}:1 "
-                                                                   "--rounds-after-restart 2")],
-                     env={"KRB5CCNAME": "FILE:/nonexistent/no-ticket"})
-    killed_am = []
-    try:
-        while time.time() < dead + 2 and job.proc.poll() is None:
-            time.sleep(0.5)
-        killed_am = [proc.kill() or proc.pid for proc in am_processes(job.app_id)]
-        run = job.wait(timeout=300)
-    finally:
-        late = without.wait(timeout=400)
-        gw.call("clean", gw.fs.delete, plain, True)
-    assert killed_am, "the job's AM was gone before its tokens died: " + run.output[-3000:]
-    assert run.rc == 0, run.output[-3000:]
-    written = written_at(gw, base)
-    for task in ("worker-0", "worker-1"):
-        before = sorted((n for n in written if n.startswith(f"{task}-a0-")), key=lambda n: int(n[:-4].rsplit("r", 1)[1]))
-        assert before == [f"{task}-a0-r{n}.txt" for n in range(len(before))], sorted(written)
-        assert [n for n in before if written[n] < dead], f"{task} wrote nothing while the submitted tokens lived"
-        assert [n for n in before if written[n] > dead + 2], f"{task} wrote nothing after the submitted tokens died"
-        after = [f"{task}-a1-r{n}.txt" for n in range(2)]
-        assert set(after) <= set(written), sorted(written)
-        assert all(written[name] > dead for name in after)  # the restart came after too
-    logs = cluster.task_logs(run.app_id)
-    # every executor the new attempt adopted took that attempt's sets (its versions count from 1)
-    adopted = [log.split("the AM moved", 1)[1] for d in cluster.container_dirs(run.app_id)
-               for log in [(d / "executor.log").read_text(errors="replace") if (d / "executor.log").exists() else ""]
-               if "the AM moved" in log]
-    assert adopted and all("delegation tokens were renewed (set " in after for after in adopted), adopted
-    assert "note: no keytab" not in run.stdout
-    attempts = cluster.http.get(f"{cluster.rm_web}/ws/v1/cluster/apps/{run.app_id}/appattempts",
-                                timeout=5).json()["appAttempts"]["appAttempt"]  # the RM's REST API wants SPNEGO
-    assert len(attempts) == 2, attempts
-    second_am = "".join(p.read_text(errors="replace") for d in cluster.container_dirs(run.app_id)
-                        if d.name.endswith("_02_000001") for p in d.glob("am.log"))
-    renewed, registered = second_am.find("delegation tokens renewed (set 1"), second_am.find("registered with the RM")
-    assert 0 <= renewed < registered, "the second AM attempt registered before it had new tokens:\n" + second_am[-3000:]
-
-    assert "note: no keytab, so this job runs on the delegation tokens it was submitted with" in late.stdout
-    assert late.rc == 1, late.output[-3000:]
-    diagnostics = cluster.app(late.app_id)["diagnostics"] + late.output
-    assert "the job's delegation tokens have expired" in diagnostics, diagnostics[-3000:]
-    assert "--principal and --keytab" in diagnostics
