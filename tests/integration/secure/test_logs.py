@@ -11,7 +11,7 @@ import os
 import subprocess
 import time
 
-from support import PYTHON, ROOT
+from support import PYTHON, ROOT, wait_for
 from tony_py.cluster import secure
 
 NN = secure.principal("nn")
@@ -57,17 +57,19 @@ def test_logs_come_back_for_a_job_of_the_nodemanagers_own_user(cluster, tony, pr
     assert nodemanagers_alive(cluster)
 
 
-def test_logs_of_another_users_job_are_refused_with_the_reason_and_the_remedy(cluster, tony, probe_args):
+def test_logs_of_another_users_job_are_refused_with_the_reason_and_the_remedy(cluster, tony, probe_args, tmp_path):
     """alice's job: its logs belong to the daemons' OS user, so the NodeManager refuses them while
     it runs and aggregates none after; `tony logs` says so in one line, exit 1, both times."""
-    run = tony(*probe_args("tony.worker.instances=1", params="--sleep worker:0:25"), "--detach")
+    release = tmp_path / "release"  # the task runs until `tony logs` has been asked while it runs
+    run = tony(*probe_args("tony.worker.instances=1", params=f"--until-file {release}"), "--detach")
     assert run.rc == 0 and run.app_id, run.output[-2000:]
-    deadline = time.monotonic() + 90
-    while not any((d / "attempt-0.stdout").exists() for d in cluster.container_dirs(run.app_id)):
-        assert time.monotonic() < deadline, "the task did not start"
-        time.sleep(0.5)
-    running = tony_cli(cluster, "logs", run.app_id)
-    assert cluster.app(run.app_id)["state"] == "RUNNING"  # it was read while the job ran
+    try:
+        wait_for(lambda: any((d / "attempt-0.stdout").exists() for d in cluster.container_dirs(run.app_id)), 300,
+                 "the task to start")
+        running = tony_cli(cluster, "logs", run.app_id)
+        assert cluster.app(run.app_id)["state"] == "RUNNING"  # it was read while the job ran
+    finally:
+        release.touch()
     wait = subprocess.run([PYTHON, "-c", f"from tony_py import api; j = api.attach({run.app_id!r}); "
                                          "print(j.wait(timeout=240)); j.close()"],
                           env=cluster.env(), cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -93,7 +93,8 @@ def test_the_am_page_through_the_proxy_and_the_rest_calls_of_a_running_job(clust
         with chromium_with_ticket(cluster, f"FILE:{cluster.ccache}", tmp_path / "with") as browser:
             page = browser.new_page()
             assert page.goto(proxied).status == 200
-            page.wait_for_selector("tr[data-task='worker:0'] td.state.RUNNING", timeout=30000)
+            # the page's own poll shows the task (RUNNING in status.json above): a bound for a loaded machine
+            page.wait_for_selector("tr[data-task='worker:0'] td.state.RUNNING", timeout=120_000)
             assert screenshot(page, "secure-am-page-through-proxy.png").stat().st_size > 10_000
         # ...and without a ticket the proxy answers 401, and no page of the AM's comes through
         with chromium_with_ticket(cluster, f"FILE:{tmp_path / 'empty.cc'}", tmp_path / "without") as browser:
