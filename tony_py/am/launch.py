@@ -147,6 +147,9 @@ class TaskLauncher:
         )
         if self.meta.src_zip:
             env["TONY_SRC_ZIP"] = self.meta.src_zip
+        # the cluster's yarn.application.classpath, for TonY's task CLASSPATH (executor/hadoop_env.py);
+        # the launch script expands its variables, the NodeManager its <CPS>
+        env["TONY_YARN_CLASSPATH"] = "<CPS>".join(self.meta.extra.get("hadoop_classpath") or [])
         hdfs_classpath = self.meta.extra.get("hdfs_classpath") or []
         if hdfs_classpath:
             # --hdfs_classpath: the files were localized into the working dir.

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tony_py.auth import NOTEBOOK_TOKEN_PURPOSE, RAY_TOKEN_PURPOSE, derived_token
 from tony_py.config.spec import NOTEBOOK_TYPE
+from tony_py.executor import hadoop_env
 from tony_py.executor.settings import Settings
 
 # What the AM accepts from an error file (its request bodies are capped at 1 MiB).
@@ -21,7 +22,8 @@ MAX_ERROR_FILE_BYTES = 64 << 20  # parsed whole up to this size, then cut field 
 MAX_ERROR_TEXT = 4000
 MAX_TRACEBACK = 16000
 # Variables that are the executor's business, not the user process's.
-_PRIVATE_ENV = ("TONY_SRC_ZIP", "TONY_RUNTIME_DIR", "TONY_RESERVE_TB_PORT", "TONY_AM_LOST_TIMEOUT_S")
+_PRIVATE_ENV = ("TONY_SRC_ZIP", "TONY_RUNTIME_DIR", "TONY_RESERVE_TB_PORT", "TONY_AM_LOST_TIMEOUT_S",
+                hadoop_env.YARN_CLASSPATH)
 
 
 
@@ -58,6 +60,9 @@ def user_env(settings: Settings, base: dict, spec_env: dict, attempt: int, cwd: 
         # --shell_env PYTHONPATH=...: the user's entries first, then tony_py (tony_py.task).
         env["PYTHONPATH"] = os.pathsep.join(p for p in (settings.execution_env["PYTHONPATH"], runtime_path) if p)
     env.update({k: str(v) for k, v in spec_env.items()})
+    classpath = hadoop_env.task_classpath({**env, hadoop_env.YARN_CLASSPATH: base.get(hadoop_env.YARN_CLASSPATH, "")})
+    if classpath:  # TonY's CLASSPATH=$(hadoop classpath --glob), for libhdfs (hadoop_env.py)
+        env["CLASSPATH"] = classpath
     if settings.single_node:  # TonY's single-node job: the command knows it runs in the AM's container
         env["PREPROCESSING_JOB"] = "true"
         env["HOME"] = str(cwd)
