@@ -15,6 +15,18 @@ set -u
 java=$1
 shift
 
+# Java 8 (a NodeManager on Java 8): the jar is Java 8 bytecode, but Java 8 refuses the module
+# options the client gives every JVM (--add-opens=…) and cannot write a class-data archive at exit.
+# Told by the runtime's release file (every JDK and JRE build has one): no JVM started to ask.
+if grep -qs '^JAVA_VERSION="1\.' "$(dirname "$(readlink -f "$java")")/../release"; then
+  kept=()
+  for arg in "$@"; do
+    case "$arg" in --add-opens*|--add-exports*) ;; *) kept+=("$arg") ;; esac
+  done
+  set -- ${kept[@]+"${kept[@]}"}
+  TONY_AM_CDS=
+fi
+
 cds_opt=
 archive=
 dumping=

@@ -146,7 +146,7 @@ class JvmLaunch:
         env_opts = [
             CLIENT_HEAP,
             *jvm.FAST_START_OPTS,
-            *jvm.JDK17_OPENS,
+            *jvm.module_opens(jvm.java_executable()),
             *cds_opts,
             "-Dlog4j.configuration=" + (paths.PACKAGE_DIR / "bridge" / "log4j-client.properties").as_uri(),
             *jvm.kerberos_opts(),

@@ -7,8 +7,10 @@ the ApplicationMaster's JVM cannot drift apart.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 from tony_py.errors import SetupError
@@ -57,6 +59,25 @@ def checked_java_home(path: str) -> Path:
     if not os.access(home / "bin" / "java", os.X_OK):
         raise SetupError(f"--java-home {path}: no executable bin/java in it (give a JDK's or JRE's home)")
     return home
+
+
+def java_major(java: str | Path) -> int:
+    """The Java release of a java binary (8, 11, 17, …), from its runtime's `release` file
+    (JAVA_VERSION="1.8.0_402" or "11.0.13"), else from what `java -version` prints."""
+    home = Path(java).resolve().parents[1]
+    try:
+        text = (home / "release").read_text()
+    except OSError:
+        text = subprocess.run([str(java), "-version"], capture_output=True, text=True, timeout=60).stderr
+    m = re.search(r'(?:JAVA_VERSION=|version )"(1\.)?(\d+)', text)
+    if not m:
+        raise SetupError(f"cannot tell which Java {java} is")
+    return int(m.group(2))
+
+
+def module_opens(java: str | Path) -> tuple[str, ...]:
+    """JDK17_OPENS for a Java 9+ binary; nothing for Java 8, which refuses --add-opens."""
+    return JDK17_OPENS if java_major(java) >= 9 else ()
 
 
 def java_executable() -> str:
