@@ -3,16 +3,17 @@ interpreter (frameworks.launch puts it in place of the task's command).
 
 Head: reserve the node's ports, run `ray start --head --block` (again, on the same ports, when
 it failed within EARLY_FAILURE_S: Ray's fixed 30 s for a raylet to register is too short for a
-busy host), wait until every worker node has joined (bounded: the error names the ones that did not), publish the dashboard's address
-(the task's callback file, shown on the AM page), run the task's command as the Ray driver with
-RAY_ADDRESS, stop the node, and exit with the driver's exit code. Worker: reserve the ports and
-run `ray start --address <head> --block` until the AM stops the task.
+busy host), publish the dashboard's address once the head's node is up (the task's callback
+file: the AM page links it, and the AM then starts the workers), wait until every worker node
+has joined (bounded: the error names the ones that did not), run the task's command as the Ray
+driver with RAY_ADDRESS, stop the node, and exit with the driver's exit code. Worker: reserve
+the ports and run `ray start --address <head> --block` until the AM stops the task (run_worker).
 
 `ray stop` would stop every Ray node of the user on the host, other jobs' included; instead this
 process is a child subreaper, so every process the node starts stays below it (Ray's agents
 outlive a killed raylet, re-parented), and whatever is still below it once `ray start` ended
-is killed. They also stay in the task's process group, which the executor kills should this
-process die first. Standard library only, but for `wait`, which imports ray.
+is killed; `ray start` dies with this process even when it is killed (ray_procs.dies_with).
+Standard library only, but for `wait`, which imports ray.
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ import tempfile
 import time
 
 from tony_py.frameworks import ray as plan
+from tony_py.frameworks.ray_procs import become_subreaper, descendants, dies_with, kill_descendants  # noqa: F401
 from tony_py.task import write_error
 
 JOIN_TIMEOUT = "TONY_RAY_JOIN_TIMEOUT_S"
 AGENT_TIMEOUT_MS = 120_000
 DEFAULT_JOIN_TIMEOUT_S = 300.0
-START_ATTEMPTS = 6  # (bounded by the join timeout: a loaded node may miss Ray's 30 s window more than twice)
+START_ATTEMPTS = 6  # the head's (a worker's starts are bounded by the join timeout: run_worker)
 EARLY_FAILURE_S = 90.0  # a `ray start` that ends sooner failed to start the node
 STOP_GRACE_S = 0.5  # the executor's SIGKILL follows its SIGTERM after 2 s
-
+HEAD_UP_FILE = "tony-ray-head-up"  # in the head task's dir: the waiter got in as a driver
+HEAD_UP_ENV = "TONY_RAY_HEAD_UP_FILE"  # (the waiter's path to it)
 
 class RayClusterError(Exception):
     """The Ray cluster did not come together: the job's root cause says why."""
@@ -85,60 +88,6 @@ def temp_dir(cwd: str) -> tuple[str, str]:
     return link, link_parent
 
 
-def become_subreaper() -> None:
-    """Ray's processes that lose their parent (its agents outlive a killed raylet) are
-    re-parented to this process rather than to init, so stop() still finds them."""
-    import ctypes
-
-    PR_SET_CHILD_SUBREAPER = 36
-    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        log("could not become a child subreaper: Ray processes that lose their parent are left to the "
-            "executor's process-group kill")
-
-
-def descendants(root: int) -> list[int]:
-    """Every process below root (by /proc's parent links)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rpartition(")")[2].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
-    out, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def kill_descendants(within_s: float = 1.5) -> int:
-    """SIGKILL whatever runs below this process, again until nothing is left (a dying raylet may
-    still fork a worker, which is then re-parented here), and reap it; how many were killed."""
-    killed: set[int] = set()
-    deadline = time.monotonic() + within_s
-    while True:
-        found = [pid for pid in descendants(os.getpid()) if pid not in killed]
-        for pid in found:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        killed.update(found)
-        try:
-            while os.waitpid(-1, os.WNOHANG) != (0, 0):
-                pass
-        except ChildProcessError:
-            pass
-        if not descendants(os.getpid()) or time.monotonic() > deadline:
-            return len(killed)
-        time.sleep(0.05)
-
-
 def exit_status(code: int) -> int:
     return 128 - code if code < 0 else code
 
@@ -178,7 +127,8 @@ class Node:
         log(f"starting Ray's {self.role} node {self.env[plan.NODE_NAME]} at {self.env[plan.NODE_ADDRESS]}")
         for s in socks.values():  # released just before Ray binds them
             s.close()
-        self.proc = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", *args], env=ray_env)
+        self.proc = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", *args], env=ray_env,
+                                     preexec_fn=dies_with(os.getpid()))
 
     def stop(self) -> None:
         """Stop the node: `ray start` first (its node's processes die with it), then whatever
@@ -221,6 +171,7 @@ def publish_dashboard(url: str) -> None:
 
 def run_head(node: Node) -> int:
     url = plan.dashboard_url(node.env, node.ports)
+    head_up = os.path.abspath(HEAD_UP_FILE)
     waiter: subprocess.Popen | None = None  # started once the GCS answers: it connects as a driver
     published = False
     attempt, started = 1, time.monotonic()
@@ -237,6 +188,8 @@ def run_head(node: Node) -> int:
                 log(f"Ray's head node failed to start (exit code {code}) after {time.monotonic() - started:.0f} s; "
                     f"trying again ({attempt + 1} of {START_ATTEMPTS})")
                 node.stop()
+                if os.path.exists(head_up):
+                    os.remove(head_up)
                 attempt, started = attempt + 1, time.monotonic()
                 node.start(again=True)
                 continue
@@ -244,15 +197,19 @@ def run_head(node: Node) -> int:
                         f"{f' ({attempt} starts)' if attempt > 1 else ''}; Ray's output is in this task's stdout "
                         "and stderr")
         if waiter is None and listening(node.env[plan.HEAD_ADDRESS]):
-            waiter = subprocess.Popen([sys.executable, "-m", plan.RUNNER, "wait"], env=node.env)
-        if not published and listening(url):
+            waiter = subprocess.Popen([sys.executable, "-m", plan.RUNNER, "wait"],
+                                      env={**node.env, HEAD_UP_ENV: head_up})
+        # Not before the head's own node is up (the waiter got in as a driver): the dashboard
+        # answers first, and a worker node started then found no head node in the GCS and gave
+        # up after 40 s, start after start, on a loaded machine
+        if not published and os.path.exists(head_up) and listening(url):
             publish_dashboard(url)
             published = True
         time.sleep(0.2)
     if waiter.returncode != 0:
         if not published:  # the AM starts the workers once the head announced its dashboard
-            log(f"Ray's dashboard never answered at {url}, and worker nodes start only after it does: "
-                "see the dashboard's log in this task's tony-ray/ directory")
+            log(f"Ray's dashboard never answered at {url}, or the head's node never took a driver, and worker "
+                "nodes start only after both: see the logs in this task's tony-ray/ directory")
         return 1
     if not published and listening(url):
         publish_dashboard(url)
@@ -280,31 +237,48 @@ def join_timeout(env: dict[str, str]) -> float:
     return plan.join_timeout(env.get(JOIN_TIMEOUT)) or DEFAULT_JOIN_TIMEOUT_S
 
 
-def run_worker(node: Node, deadline: float) -> int:
-    """Join the head once its GCS answers. `ray start` gives a node 30 s to register, which a
-    node busy starting several Ray nodes at once can miss: a start that fails that early is
-    tried again while the head's join timeout lasts (the head's start likewise: run_head)."""
+def run_worker(node: Node, join_timeout_s: float) -> int:
+    """Join the head once its GCS answers, and stay joined until the AM stops this task.
+
+    A node that ends while the head's GCS still answers failed. One that failed to start (within
+    EARLY_FAILURE_S) is started again until the join timeout has passed since this task's first
+    start: Ray gives a node fixed windows to come up (a raylet gave up on its dashboard agent's
+    port after 17 s here, and `ray start` waits 30 s for the raylet to register), which a loaded
+    host can miss start after start (five in a row here), and the head, which began waiting
+    before any worker could start, has by then failed the job naming the nodes that did not
+    join. A cap of six starts instead made the worker's own exit 1 the job's verdict (CI, 292 s
+    into a loaded run). A node that fails later ends the task with its exit code, for the job to
+    judge. A node that ended with the head's GCS gone is not this task's failure: the head's
+    node ended with the driver (the head's result is the job's, and the AM stops this task once
+    it has it), or the head is starting its node again, which this node then joins."""
     head = node.env[plan.HEAD_ADDRESS]
-    while not listening(head):
-        if time.monotonic() > deadline:
-            return fail(f"Ray's head at {head} did not answer")
-        time.sleep(0.5)
-    for attempt in range(1, START_ATTEMPTS + 1):
+    first_start = None
+    while True:
+        since = time.monotonic()
+        while not listening(head):
+            if time.monotonic() - since > join_timeout_s:
+                return fail(f"Ray's head at {head} did not answer for {join_timeout_s:.0f} s ({JOIN_TIMEOUT})")
+            time.sleep(0.5)
         started = time.monotonic()
+        first_start = first_start or started
         node.start()
         code = exit_status(node.proc.wait())
-        early = time.monotonic() - started < EARLY_FAILURE_S
-        if code == 0 or not early or attempt == START_ATTEMPTS or time.monotonic() > deadline:
-            break
-        log(f"Ray's worker node failed to start (exit code {code}); trying again")
         node.stop()
-    log(f"Ray's worker node ended with exit code {code}")
-    return code
+        if not listening(head):
+            log(f"Ray's worker node ended (exit code {code}) after the head's GCS at {head} went away: waiting for "
+                "the head to start again, or for the AM to stop this task")
+            continue
+        ended = time.monotonic()
+        if code == 0 or ended - started >= EARLY_FAILURE_S or ended - first_start > join_timeout_s:
+            log(f"Ray's worker node ended with exit code {code}")
+            return code
+        log(f"Ray's worker node failed to start (exit code {code}) after {ended - started:.0f} s; trying again")
 
 
 def wait_for_workers(env: dict[str, str]) -> int:
-    """In a process of its own (`... ray_node wait`): connect to the head as a Ray driver and
-    wait until every expected worker node is alive. 0, or 1 naming the ones missing."""
+    """In a process of its own (`... ray_node wait`): connect to the head as a Ray driver, which
+    only a head whose own node is up takes, say so (the file HEAD_UP_ENV names), and wait until
+    every expected worker node is alive. 0, or 1 naming the ones missing."""
     import ray
 
     expected = plan.expected_workers(env)
@@ -313,6 +287,8 @@ def wait_for_workers(env: dict[str, str]) -> int:
     while True:
         try:
             ray.init(address=env[plan.HEAD_ADDRESS], logging_level="ERROR", log_to_driver=False)
+            if env.get(HEAD_UP_ENV):
+                open(env[HEAD_UP_ENV], "w").close()
             break
         except Exception as exc:  # noqa: BLE001 - whatever Ray raises while the head is not up yet
             if time.monotonic() > deadline:
@@ -346,13 +322,15 @@ def main(argv: list[str]) -> int:
         raise SystemExit(143)
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    become_subreaper()
+    if not become_subreaper():
+        log("could not become a child subreaper: Ray processes that lose their parent are left to the "
+            "executor's process-group kill")
     try:
         if node.role == plan.HEAD_TYPE:
             node.start()
             code = run_head(node)
         else:
-            code = run_worker(node, time.monotonic() + join_timeout(env))
+            code = run_worker(node, join_timeout(env))
     finally:
         node.stop()
     if code < 0:  # the driver died of a signal: so does this process, so the job sees the signal
