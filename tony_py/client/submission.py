@@ -107,8 +107,7 @@ class Submission:
                 resources, meta = self._stage(Path(tmp))
             timeline.mark("staged")
             request = self._am_request(resources, meta)
-            self.submitted = True  # from here on an interruption must kill the application
-            self.gw.call("submit the application", self.gw.bridge.submit, self.app_id, json.dumps(request))
+            self.gw.call("submit the application", self._submit, json.dumps(request))
             if self.kerberos and KEYTAB_LINK not in resources:
                 self.tokens_end_ms = self.gw.call("read the tokens' lifetime", self.gw.bridge.tokensEndMs)
             timeline.mark("submitted")
@@ -128,6 +127,12 @@ class Submission:
                 else:
                     self.stager.cleanup()
             raise
+
+    def _submit(self, request: str) -> None:
+        """In the bridge call, where no Ctrl-C lands: from here an interruption kills the application
+        (set before the call, a Ctrl-C in between had the client kill, and name, one YARN never got)."""
+        self.submitted = True
+        self.gw.bridge.submit(self.app_id, request)
 
     @property
     def reused(self) -> list[str]:
@@ -184,15 +189,9 @@ class Submission:
         task_links += localized
         type_links, hdfs_cp = self._stage_resources(tmp, resources, task_links)
         meta = JobMeta(
-            app_id=self.app_id,
-            staging_dir=self.stager.staging_dir,
-            user=self.gw.user or getpass.getuser(),
-            resources={},
-            task_resources=task_links,
-            task_python=self.job.task_python,
-            src_zip=src_zip,
-            files_from_am=files_from_am,
-            src_from_am=src_from_am,
+            app_id=self.app_id, staging_dir=self.stager.staging_dir, user=self.gw.user or getpass.getuser(),
+            resources={}, task_resources=task_links, task_python=self.job.task_python, src_zip=src_zip,
+            files_from_am=files_from_am, src_from_am=src_from_am,
             src_path=resources[SRC_LINK].path if src_from_am else None,
             extra={"hdfs_classpath": hdfs_cp, "type_resources": type_links,
                    "hadoop_classpath": self._application_classpath()},

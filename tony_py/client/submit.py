@@ -70,23 +70,25 @@ def run(gw, prepared: PreparedJob, prog: str, out=sys.stdout, door=None) -> int:
             print(text, file=out, flush=True)
 
     submission = Submission(gw, prepared, warn=lambda text: print(f"{prog}: warning: {text}", file=sys.stderr))
+    spec = prepared.spec
     try:
         job = submission.submit()
     except KeyboardInterrupt as exc:
         if submission.submitted:
             say(f"\ninterrupted ({exc or 'Ctrl-C'}): killed {submission.app_id}")
         raise
-    if submission.reused:
-        say(f"reused from the cache (not uploaded): {', '.join(submission.reused)}")
-    spec = prepared.spec
-    paths.remember_last_app(job.app_id)
-    say(f"submitted {job.app_id}: {spec.framework}, " + ", ".join(f"{t.instances} x {t.name}" for t in spec.types))
-    if submission.tokens_end_ms:
-        say(token_lifetime_note(submission.tokens_end_ms))
-    if prepared.args.detach:
-        print(job.app_id, file=out)
-        return 0  # the AM deletes the staging dir when the job ends
+    # From here on a Ctrl-C kills the application, whatever the client is doing (one that came
+    # while it printed what it submitted left the job running: a client interrupted there exited 130)
     try:
+        if submission.reused:
+            say(f"reused from the cache (not uploaded): {', '.join(submission.reused)}")
+        paths.remember_last_app(job.app_id)
+        say(f"submitted {job.app_id}: {spec.framework}, " + ", ".join(f"{t.instances} x {t.name}" for t in spec.types))
+        if submission.tokens_end_ms:
+            say(token_lifetime_note(submission.tokens_end_ms))
+        if prepared.args.detach:
+            print(job.app_id, file=out)
+            return 0  # the AM deletes the staging dir when the job ends
         monitor = (door.monitor(job, submission.secret, prepared, out) if door else
                    Monitor(job, quiet=prepared.args.quiet, out=out, startup_timeout_ms=spec.startup_timeout_ms))
         code = monitor.follow()
