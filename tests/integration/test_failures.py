@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 
 import psutil
 import pytest
@@ -234,12 +233,11 @@ def test_executors_that_lose_their_am_stop_their_tasks_when_their_lease_runs_out
     user = wait_for(lambda: probe_records(tmp_path).get("worker:0"), 60, "the probe's record")["pid"]
     python_am = [c for c in am_processes(job.app_id)[0].children() if "tony_py.am" in " ".join(c.cmdline())][0]
     python_am.suspend()  # the AM's Python side stops answering; its JVM keeps the RM lease
-    suspended = time.monotonic()
     try:
+        # (its lease ended it, not the executor's giving up on the AM after am-lost-timeout-sec:
+        # the executor's own log says so below, on its own clock, not this test's)
         wait_for(lambda: not psutil.pid_exists(user) or psutil.Process(user).status() == psutil.STATUS_ZOMBIE,
                  60, "the executor to fence its task")
-        # its lease ended it, not the executor's giving up on the AM (am-lost-timeout-sec, 60 s)
-        assert time.monotonic() - suspended < 30
     finally:
         python_am.resume()
     run = job.wait(timeout=120)

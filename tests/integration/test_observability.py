@@ -40,7 +40,7 @@ def test_the_live_table_changes_while_the_job_runs_in_a_terminal(cluster, probe_
         cwd=ROOT, env=cluster.env(COLUMNS="160", LINES="50", TERM="xterm"), stdin=follower, stdout=follower,
         stderr=follower, start_new_session=True)
     os.close(follower)
-    screen, before, seen_running = "", None, None
+    screen, before = "", None
     deadline = time.monotonic() + 180
     try:
         while time.monotonic() < deadline:
@@ -50,10 +50,11 @@ def test_the_live_table_changes_while_the_job_runs_in_a_terminal(cluster, probe_
                     screen += os.read(leader, 65536).decode(errors="replace")
                 except OSError:
                     break
-            if seen_running is None and "2/2 running" in ANSI.sub("", screen):
-                seen_running = time.monotonic()
-            if before is None and seen_running and time.monotonic() - seen_running > 1.5:
-                before = ANSI.sub("", screen)  # what the terminal showed while both tasks still ran
+            # what the terminal showed while both tasks ran: the summary and worker:1's row drawn
+            # (an event, not a pause after the summary: a loaded machine draws when it can)
+            if before is None and "2/2 running" in (plain := ANSI.sub("", screen)) \
+                    and re.search(r"worker:1\s*│\s*RUNNING", plain):
+                before = plain
                 release.touch()  # only now let the tasks finish
             if proc.poll() is not None and not ready:
                 break
@@ -65,8 +66,7 @@ def test_the_live_table_changes_while_the_job_runs_in_a_terminal(cluster, probe_
     assert proc.returncode == 0 and before, text[-3000:]
     # the table moved through the job's life while it ran, not only at the end
     assert re.search(r"worker:0\s*│\s*(PENDING|ALLOCATED|LAUNCHED|REGISTERED)", before) or "YARN ACCEPTED" in before, before[-3000:]
-    assert re.search(r"worker:1\s*│\s*RUNNING", before), before[-3000:]
-    assert "2/2 running" in before and re.search(r"worker:0\s*│\s*SUCCEEDED", text)
+    assert re.search(r"worker:0\s*│\s*SUCCEEDED", text), text[-3000:]
 
 
 # ---- the AM's page, TensorBoard, metrics ---------------------------------------------------------
