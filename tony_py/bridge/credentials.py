@@ -18,7 +18,10 @@ from tony_py.errors import UsageError
 
 RM_TOKEN = "RM_DELEGATION_TOKEN"
 HDFS_TOKEN = "HDFS_DELEGATION_TOKEN"
-FLAGS_HINT = "or give --principal and --keytab (tony.keytab.user / tony.keytab.location)"
+# Said by every command that reaches the cluster (submit, logs, advise, history, portal): only
+# submit takes the keytab flags, so the hint names it, and kinit -kt for the others.
+FLAGS_HINT = ("or from a keytab `kinit -kt KEYTAB PRINCIPAL` (tony submit also takes --principal and --keytab: "
+              "tony.keytab.user / tony.keytab.location)")
 
 
 class CredentialsError(UsageError):

@@ -49,7 +49,7 @@ def java_home() -> Path:
         return Path(env)
     java = shutil.which("java")
     if not java:
-        raise SetupError("no Java found: install a JDK (11 or 17) or set JAVA_HOME")
+        raise SetupError("no Java found: install a JDK or JRE (8 or newer) or set JAVA_HOME")
     return Path(java).resolve().parent.parent
 
 

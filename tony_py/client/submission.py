@@ -18,14 +18,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from tony_py import appsecret, paths
+from tony_py import appsecret, paths, timeline
 from tony_py.am.launch import (JAR_LINK, JOB_META_FILE, RUNTIME_LINK, JobMeta, am_credential_files, docker_env,
                                job_file_delivery, needs_hadoop_in_task)
 from tony_py.bridge import cds, jvm
 from tony_py.bridge.interrupts import guard
-from tony_py import timeline
 from tony_py.client.job import Job
-from tony_py.bridge.gateway import BridgeError, ClientGateway, JvmLaunch
+from tony_py.bridge.gateway import BridgeError, ClientGateway, JvmLaunch, hadoop_conf_dir
+from tony_py.client import preflight
 from tony_py.client.flags import SubmitArgs
 from tony_py.client.prepare import (SRC_LINK, VENV_LINK, PreparedJob, fetch_conf_file, final_conf,
                                     hadoop_overrides, is_remote, prepare, resource_entries)
@@ -58,6 +58,7 @@ def open_gateway(args: SubmitArgs, workdir: Path, launch: JvmLaunch | None = Non
                                           principal=args.principal, keytab=args.keytab), None
         prepared = prepare(fetch_conf_file(early, args, workdir) if early else args, adjust)
         timeline.mark("validated")
+        preflight.check_cluster(hadoop_conf_dir())  # a cluster there, of a release TonY-py runs on
     except BaseException:
         with guard.cleanup():
             if early is not None:

@@ -40,6 +40,23 @@ def rm_web_urls(conf_dir: str | None = None) -> list[str]:
     return urls
 
 
+def rm_rpc_addresses(conf_dir: str | None = None) -> list[tuple[str, str]]:
+    """(host:port, the key that says so) of every ResourceManager's client RPC address, as
+    yarn-site.xml gives it (both of an HA pair), Hadoop's defaults where it is silent."""
+    conf = yarn_site(conf_dir)
+    ids = [i.strip() for i in conf.get("yarn.resourcemanager.ha.rm-ids", "").split(",") if i.strip()] \
+        if conf.get("yarn.resourcemanager.ha.enabled") == "true" else [""]
+    out = []
+    for rm in ids:
+        suffix = f".{rm}" if rm else ""
+        key = "yarn.resourcemanager.address" + suffix
+        host = conf.get("yarn.resourcemanager.hostname" + suffix) or conf.get("yarn.resourcemanager.hostname", "0.0.0.0")
+        address = conf.get(key) or f"{host}:8032"
+        address = address.replace("${yarn.resourcemanager.hostname}", host).replace("0.0.0.0", "localhost")
+        out.append((address, key if conf.get(key) else f"yarn.resourcemanager.hostname{suffix}"))
+    return out
+
+
 def allocation_limits(conf_dir: str | None = None) -> tuple[int, int | None]:
     """YARN's allocation increment (yarn.scheduler.minimum-allocation-mb; Hadoop's default 1024
     where yarn-site.xml lacks it, as a client's often does): the scheduler rounds every container
