@@ -14,6 +14,8 @@ from tony_py.job.records import Container, Failure, TaskState
 from tony_py.config.model import Checked, ModelError
 
 SNAPSHOT_VERSION = 2
+# A task in one of these states with no control endpoint: its executor never registered.
+_UNREGISTERED = (TaskState.ALLOCATED, TaskState.LAUNCHED)
 
 
 @dataclass
@@ -82,7 +84,8 @@ class AdoptionPlan:
     replace: list[str] = field(default_factory=list)  # container alive, executor never registered: stop, re-request
     lost: list[str] = field(default_factory=list)  # its container ended while no AM was running
     finished: list[str] = field(default_factory=list)  # was already over
-    pending: list[str] = field(default_factory=list)  # had no container yet
+    # had no container yet, or one that never registered and that YARN did not keep: request one
+    pending: list[str] = field(default_factory=list)
     strangers: list[str] = field(default_factory=list)  # containers YARN kept that the snapshot does not know
 
 
@@ -97,9 +100,13 @@ def plan_adoption(snapshot: AmSnapshot, live_container_ids: set[str]) -> Adoptio
             (plan.readopt if record.control_url else plan.replace).append(name)
         elif record.state.finished:
             plan.finished.append(name)
-        elif container is not None:
+        elif container is not None and not (record.state in _UNREGISTERED and not record.control_url):
             plan.lost.append(name)
         else:
+            # No container, or one whose executor had not registered (as far as the snapshot
+            # knows) and that YARN did not keep: YARN keeps only containers the RM has seen
+            # running, so the attempt's end took it, not a fault. Asked for again at no cost, as
+            # when YARN kept it (a `replace`).
             plan.pending.append(name)
     plan.strangers = sorted(live_container_ids - known)
     return plan

@@ -58,12 +58,34 @@ class ExecutorProtocol:
                 job.fences.heard_from(container_id, job.clock())  # superseded, and still alive
             return task, self.instruction(task, attempt, container_id)
         task.last_contact = job.clock()
-        if alive:
-            task.adopted_at = None  # (heard from by this AM attempt: no longer gone with the last one)
         if attempt > task.attempt:
             self.recovery.catch_up(attempt, f"caught up with {task.name}, which an earlier AM attempt had already "
                                             f"restarted to attempt {attempt}")
-        return task, self.instruction(task, attempt, container_id)
+        answer = self.instruction(task, attempt, container_id)
+        if answer is None and self._registered_unseen(task, call):
+            # The earlier AM attempt registered (maybe served) it after its last snapshot: this one
+            # knows neither its address nor its view. Each call says so until it registers again.
+            answer = {"action": "restart", "attempt": task.attempt, "reason": "registered with an earlier AM "
+                      "attempt after its last snapshot: register again (no restart spent)"}
+            job.events.record(ev.NOTE, f"{type(call).__name__} from past a registration this AM attempt never saw: "
+                                       f"told to register again at attempt {task.attempt}", task.name)
+        elif alive:
+            task.adopted_at = None  # (heard from by this AM attempt: no longer gone with the last one)
+        return task, answer
+
+    def _registered_unseen(self, task: Task, call: wire.Call) -> bool:
+        """A spec poll, started, heartbeat, callback or TensorBoard call at the task's attempt
+        from a copy re-adopted (and not heard from yet) or kept by a restart while the task is
+        ALLOCATED or LAUNCHED here (a kept executor calls at the previous attempt until it
+        registers), or, from a re-adopted copy, a sign that it runs (GANG) while this attempt
+        served its stage no view. A result is taken as it is: that run is over (_reform_around_an_end)."""
+        if isinstance(call, (wire.Register, wire.Result)) or not (task.adopted_at is not None or task.kept):
+            return False
+        if task.state in (TaskState.ALLOCATED, TaskState.LAUNCHED):
+            return True
+        job = self.job
+        return (task.adopted_at is not None and not isinstance(call, wire.SpecPoll) and job.cluster_view is None
+                and job.spec.distributed_mode == "GANG" and job.spec.stage_of(task.id.type) == job.stage)
 
     @staticmethod
     def _current(task: Task, container_id: str | None) -> bool:
@@ -123,11 +145,33 @@ class ExecutorProtocol:
         running (fencing.py), serve the cluster spec (enters RUNNING, which wakes the waiting
         long-polls). Also called by the watchdog, for fences that run out."""
         job = self.job
-        if job.cluster_view is None and job.spec.distributed_mode == "GANG" and self.gang_complete():
-            if self._fenced(t.name for t in job.tasks.values() if job.spec.stage_of(t.id.type) == job.stage):
-                return
+        if job.cluster_view is not None or job.spec.distributed_mode != "GANG":
+            return
+        if not self.gang_complete():
+            self._reform_around_an_end()
+        elif not self._fenced(t.name for t in job.tasks.values() if job.spec.stage_of(t.id.type) == job.stage):
             self.recovery.serve(self.cluster_view(), f"attempt {job.attempt}: all {len(job.tasks)} tasks "
                                                      "registered; spec served")
+
+    def _reform_around_an_end(self) -> None:
+        """After a take-over from a late snapshot: a task succeeded in a run of this attempt that
+        the earlier AM attempt served (its result was its first call here) while the others were
+        told to register again, and they are back. No gang forms around a run that is over: it
+        starts again with all of them at no cost (the earlier attempt's doing, as catch_up); or,
+        the chief having succeeded, the model is done (TonY's rule) and so is the job."""
+        job = self.job
+        tasks = self._stage_tasks[1]
+        ended = tasks[self._holdout]  # (where gang_complete stopped)
+        if (job.decision is not None or ended.state != TaskState.SUCCEEDED or ended.attempt != job.attempt
+                or not all(t.state in _IN_THE_GANG or t.state.finished for t in tasks)):
+            return
+        why = f"{ended.name} succeeded in attempt {job.attempt}, served by an earlier AM attempt after its snapshot"
+        if job.chief_done_at is not None:
+            self.recovery.finish(policy.Decision(policy.Action.SUCCEED, f"{why}; the chief succeeded, and the tasks "
+                                                 "that registered again cannot run without it"), status="SUCCEEDED")
+        else:
+            self.recovery.catch_up(job.attempt + 1, f"{why}; the others registered again: the gang starts again "
+                                                    "with it (no restart spent)")
 
     def _fenced(self, names) -> bool:
         """Whether an earlier copy of one of these tasks may still run; said once per fence."""
@@ -310,6 +354,8 @@ class ExecutorProtocol:
                 task.preempt_deadline = task.preempted_at = job.clock()
             self._failed(task, call)
         job.changed()
+        if job.decision is None:
+            self.serve_if_complete()  # a gang waiting for it may be complete now (a sidecar), or start again
         answer = self.instruction(task, call.attempt, call.container)
         if answer is None:
             # The task's run is over and no restart involves it: its executor may leave,
