@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import shutil
 import time
+from pathlib import Path
+
+import requests
 
 from support import history_of, wait_for
 from tony_py.cluster import availability
@@ -103,18 +106,73 @@ def test_zookeeper_down_for_30_s_costs_a_running_job_nothing(cluster, launcher, 
 
 def test_every_nodemanager_restarted_in_turn_costs_a_running_job_nothing(cluster, launcher, tmp_path):
     """An upgrade's rolling restart: each NodeManager stopped hard and started again (same host,
-    same ports) within YARN's node expiry; with recovery it takes its running containers back,
-    the AM's included."""
+    same ports); with recovery it takes its running containers back, the AM's included. The next
+    one is stopped only once the RM reports this one RUNNING, heard from its new process (a health
+    report made after the kill), with the containers it had. Whether it came back within YARN's
+    node expiry is not assumed but checked: the RM never marked any of them LOST (its own log),
+    and a failure says how long the node was away against the expiry."""
+    expiry_s = int(read_xml(cluster.conf_dir / "yarn-site.xml")["yarn.nm.liveness-monitor.expiry-interval-ms"]) / 1000
+    logs_before = {log: log.stat().st_size for log in rm_logs(launcher)}
     job = SteppingJob(cluster, tmp_path / "job", steps=500, step_time=0.1)
     job.wait_stepping(5)
     for nm in launcher.load_state().nodemanagers:
-        name = f"nodemanager{nm['index']}"
+        name, node_id = f"nodemanager{nm['index']}", node_of(cluster, nm)["id"]
+        containers = running_containers(nm, job.app_id)
         launcher.kill_daemon(name)
-        time.sleep(2)
+        killed_at = time.time()
         launcher.restart_daemon(name)
+
+        def back_with_its_containers():
+            node = node_of(cluster, nm)
+            return (node["state"] == "RUNNING" and node["lastHealthUpdate"] / 1000 > killed_at
+                    and node["numContainers"] == len(containers) and running_containers(nm, job.app_id) == containers
+                    and node)
+
+        def lost():
+            return [line for line in rm_log_lines(logs_before) if f"{node_id} Node Transitioned from RUNNING to LOST"
+                    in line]
+
+        wait_for(back_with_its_containers, 120, f"the RM to report the restarted {name} RUNNING with its "
+                 f"{len(containers)} container(s)", explain=lambda: (
+                     f"the RM: {node_of(cluster, nm)}; the NodeManager runs {running_containers(nm, job.app_id)} "
+                     f"of {containers}; the RM's LOST lines (expiry {expiry_s:.0f} s): {lost()}"))
+        away_s = time.time() - killed_at  # (to the RM's report: within the polling's quarter second)
+        assert not lost(), f"{name} was away {away_s:.0f} s, past YARN's {expiry_s:.0f} s node expiry: {lost()}"
+        print(f"[rolling restart] {name}: RUNNING again, with its {len(containers)} container(s), in the RM's "
+              f"report {away_s:.1f} s after the kill (node expiry {expiry_s:.0f} s)")
         job.wait_stepping(5)
     run = job.finish(timeout=300)
     assert survival_problems(cluster, job, run) == []
+    assert [line for line in rm_log_lines(logs_before) if "Node Transitioned from RUNNING to LOST" in line] == []
+
+
+def node_of(cluster, nm: dict) -> dict:
+    """The RM's report of a NodeManager of the launcher's plan (by its web port)."""
+    return next(n for n in cluster.nodes() if n["nodeHTTPAddress"].endswith(f":{nm['nm_web_port']}"))
+
+
+def running_containers(nm: dict, app_id: str) -> set[str]:
+    """The application's containers a NodeManager itself reports running."""
+    listed = requests.get(f"http://127.0.0.1:{nm['nm_web_port']}/ws/v1/node/containers",
+                          headers={"Accept": "application/json"}, timeout=10).json()["containers"] or {}
+    ours = f"_{app_id.removeprefix('application_')}_"  # container_[e<epoch>_]<cluster ts>_<app number>_…
+    found = listed.get("container", [])
+    return {c["id"] for c in (found if isinstance(found, list) else [found])  # (one is not listed as a list)
+            if ours in c["id"] and c["state"] == "RUNNING"}
+
+
+def rm_logs(launcher) -> list[Path]:
+    return [Path(d.log) for d in launcher.load_state().daemons if d.name.startswith("resourcemanager")]
+
+
+def rm_log_lines(sizes_before: dict[Path, int]) -> list[str]:
+    """What both ResourceManagers logged since the sizes were taken."""
+    lines = []
+    for log, size in sizes_before.items():
+        with open(log, errors="replace") as f:
+            f.seek(size)
+            lines += f.read().splitlines()
+    return lines
 
 
 def test_a_client_whose_first_rm_is_the_standby_submits_and_follows(cluster, launcher, tony, probe_args, tmp_path):
