@@ -134,8 +134,10 @@ def test_conf_beats_site_beats_conf_file_beats_defaults(tony, probe_args, tmp_pa
 
 
 def test_chief_exit_code_fails_the_job_with_its_stderr(tony, probe_args, cluster):
+    # worker:1 never ends by itself: it is STOPPED because the chief failed, however slowly the
+    # machine gets there (it slept 60 s before, which a loaded run could outlast)
     run = tony(*probe_args("tony.worker.instances=2", "tony.worker.memory=512m",
-                           params="--fail worker:0:3 --sleep worker:1:60"))
+                           params="--fail worker:0:3 --forever worker:1"))
     assert run.rc == 1, run.output[-3000:]
     assert "finished: FAILED" in run.stdout
     for text in (run.stdout, cluster.app(run.app_id)["diagnostics"]):
@@ -158,7 +160,7 @@ def test_non_chief_failure_does_not_stop_training_by_default(tony, probe_args, c
 def test_non_chief_failure_fails_the_job_when_enabled(tony, probe_args, cluster):
     run = tony(*probe_args("tony.worker.instances=2", "tony.worker.memory=512m",
                            "tony.application.fail-on-worker-failure-enabled=true",
-                           params="--fail worker:1:3 --sleep worker:0:60"))
+                           params="--fail worker:1:3 --forever worker:0"))  # only worker:1's failure ends it
     assert run.rc == 1, run.output[-3000:]
     diagnostics = cluster.app(run.app_id)["diagnostics"]
     assert "worker:1" in diagnostics and "exit code 3" in diagnostics
