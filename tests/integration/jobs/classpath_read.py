@@ -19,7 +19,10 @@ def main() -> int:
     java = os.path.join(os.environ.get("JAVA_HOME", "/nonexistent"), "bin", "java")
     env = {k: v for k, v in os.environ.items() if k in ("CLASSPATH", "HADOOP_TOKEN_FILE_LOCATION", "KRB5_CONFIG",
                                                         "HADOOP_USER_NAME", "PATH", "HOME", "USER")}
-    run = subprocess.run([java, "-Xmx128m", "org.apache.hadoop.fs.FsShell", "-cat", path], env=env,
+    # the realm's krb5.conf as a user gives libhdfs's JVM options (LIBHDFS_OPTS): the JDK does not
+    # read MIT's KRB5_CONFIG (a real node has /etc/krb5.conf)
+    krb5 = [f"-Djava.security.krb5.conf={os.environ['KRB5_CONFIG']}"] if os.environ.get("KRB5_CONFIG") else []
+    run = subprocess.run([java, "-Xmx128m", *krb5, "org.apache.hadoop.fs.FsShell", "-cat", path], env=env,
                          capture_output=True, text=True, timeout=300)
     record = {name: os.environ.get(name) for name in ("CLASSPATH", "JAVA_HOME", "HADOOP_CONF_DIR")}
     record.update(rc=run.returncode, stdout=run.stdout, stderr=run.stderr[-3000:])

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster_start import start_or_say_why
 from support import JOBS, PYTHON, ROOT, USER, Cluster
 from tony_py.bridge.gateway import ClientGateway
 from tony_py.cluster import LocalCluster, secure
@@ -98,21 +99,32 @@ class SecureCluster(Cluster):
 
 @pytest.fixture(scope="package")
 def cluster(request, tmp_path_factory) -> SecureCluster:
-    workdir = ROOT / ".test-secure-cluster"
     # Delegation tokens renewable for 30 s and dead after 90 s (production: a day and a week), so
     # a test job outlives its tokens in a couple of minutes. Every other test here is shorter.
-    os.environ.update(TONY_CLUSTER_TOKEN_RENEW_S=str(TOKEN_RENEW_S), TONY_CLUSTER_TOKEN_MAX_S=str(TOKEN_MAX_S))
+    yield from secure_cluster(request, tmp_path_factory, ROOT / ".test-secure-cluster", SecureCluster,
+                              token_lifetimes=(TOKEN_RENEW_S, TOKEN_MAX_S))
+
+
+def secure_cluster(request, tmp_path_factory, workdir: Path, kind: type, token_lifetimes=None, **handle_fields):
+    """Start a secure cluster in workdir (LocalCluster.up's own keywords among handle_fields:
+    hadoop_version, java_home), yield its handle (a `kind`) logged in as alice, stop it after."""
+    up_kwargs = {k: handle_fields[k] for k in ("hadoop_version", "java_home") if k in handle_fields}
+    if token_lifetimes:
+        os.environ.update(TONY_CLUSTER_TOKEN_RENEW_S=str(token_lifetimes[0]),
+                          TONY_CLUSTER_TOKEN_MAX_S=str(token_lifetimes[1]))
     launcher = LocalCluster(workdir)
     launcher.down(purge=True)  # whatever an aborted earlier session left
     try:
-        state, _ = launcher.up(timeout=240, kerberos=True)
+        state, _ = start_or_say_why(f"the secure cluster in {workdir.name}",
+                                    lambda: launcher.up(timeout=240, kerberos=True, **up_kwargs), workdir)
     finally:
         for name in ("TONY_CLUSTER_TOKEN_RENEW_S", "TONY_CLUSTER_TOKEN_MAX_S"):
             os.environ.pop(name, None)
     info = launcher.status()
     print(f"\n[secure cluster] up in {state.up_seconds} s: {info.get('daemon_rss_mb')}", file=sys.stderr)
-    handle = SecureCluster("secure", Path(state.conf_dir), state.rm_web, state.nn_web, Path(state.lib_dir), workdir,
-                           state.nodemanagers, info=info, ccache=tmp_path_factory.mktemp("krb") / "alice.ccache")
+    handle = kind("secure", Path(state.conf_dir), state.rm_web, state.nn_web, Path(state.lib_dir), workdir,
+                  state.nodemanagers, info=info, ccache=tmp_path_factory.mktemp("krb") / "alice.ccache",
+                  **{k: v for k, v in handle_fields.items() if k not in ("hadoop_version",)})
     handle.kinit("alice", handle.ccache)
     services = info["users"]["alice"]["keytab"].replace("alice.keytab", "services.keytab")
     handle.superuser = handle.gateway(secure.principal("nn"), services)
