@@ -94,10 +94,13 @@ def am_phases(workdir: Path, app_id: str, t0: float) -> dict[str, float]:
     return phases
 
 
-def run_floor(state, workdir: Path, workers: int) -> dict:
+def run_floor(state, workdir: Path, workers: int, shell_jar: Path | None = None) -> dict:
+    """YARN's distributed shell starting `workers` containers (shell_jar: another release's own)."""
+    shell_jar = shell_jar or distributedshell_jar(Path(state.lib_dir))
+    classpath = f"{state.conf_dir}:{shell_jar}:{state.lib_dir}/*"  # the given shell first, before the lib's
     cmd = [jvm.java_executable(), "-Xmx256m", *jvm.FAST_START_OPTS, *jvm.JDK17_OPENS,
-           "-cp", f"{state.conf_dir}:{state.lib_dir}/*", "org.apache.hadoop.yarn.applications.distributedshell.Client",
-           "-jar", str(distributedshell_jar(Path(state.lib_dir))), "-master_memory", "512",
+           "-cp", classpath, "org.apache.hadoop.yarn.applications.distributedshell.Client",
+           "-jar", str(shell_jar), "-master_memory", "512",
            "-num_containers", str(workers), "-container_memory", "128", "-shell_command", "date +%s.%N"]
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

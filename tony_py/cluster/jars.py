@@ -80,6 +80,25 @@ def _ensure_lib(pom: Path, name: str, properties: dict[str, str]) -> Path:
     return lib
 
 
+def own_distributedshell_jar(version: str) -> Path:
+    """The distributed shell of that very release (the cluster's lib holds the newest one Maven
+    Central has, 3.4.2, for every release): a benchmark's floor on an older cluster."""
+    lib = paths.cache_dir() / f"hadoop-{version}" / "distributedshell"
+    jar = lib / f"hadoop-yarn-applications-distributedshell-{version}.jar"
+    if jar.is_file():
+        return jar
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise SetupError("Maven (mvn) is needed once to fetch the distributed shell; install it")
+    lib.mkdir(parents=True, exist_ok=True)
+    artifact = f"org.apache.hadoop:hadoop-yarn-applications-distributedshell:{version}"
+    proc = subprocess.run([mvn, "-q", "-B", "dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={lib}"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0 or not jar.is_file():
+        raise SetupError(f"Maven could not fetch {artifact}: {(proc.stdout + proc.stderr)[-1500:]}")
+    return jar
+
+
 def distributedshell_jar(lib: Path) -> Path:
     jars = sorted(lib.glob("hadoop-yarn-applications-distributedshell-*.jar"))
     if not jars:
