@@ -26,6 +26,17 @@ PYTHON = sys.executable
 USER = getpass.getuser()
 
 
+def node_resource(node: dict, name: str) -> int:
+    """A node's total of a resource, from the RM's /ws/v1/cluster/nodes: its totalResource (3.3+),
+    else (3.2.x has none) what it has available plus what is used."""
+    def value(resource: dict | None) -> int:
+        infos = ((resource or {}).get("resourceInformations") or {}).get("resourceInformation") or []
+        return sum(int(r["value"]) for r in infos if r["name"] == name)
+    if "totalResource" in node:
+        return value(node["totalResource"])
+    return value(node.get("availableResource")) + value(node.get("usedResource"))
+
+
 def worker_suffix() -> str:
     """'-gw0' on pytest-xdist's worker gw0 ('' in a serial run): per-worker cluster dirs."""
     worker = os.environ.get("PYTEST_XDIST_WORKER")
@@ -78,8 +89,7 @@ class Cluster:
 
     def gpu_node_id(self) -> str:
         for node in self.nodes():
-            infos = node["totalResource"]["resourceInformations"]["resourceInformation"]
-            if any(r["name"] == "yarn.io/gpu" and r["value"] > 0 for r in infos):
+            if node_resource(node, "yarn.io/gpu") > 0:
                 return node["id"]
         raise AssertionError("no GPU node in the cluster")
 
