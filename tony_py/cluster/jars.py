@@ -81,22 +81,27 @@ def _ensure_lib(pom: Path, name: str, properties: dict[str, str]) -> Path:
 
 
 def own_distributedshell_jar(version: str) -> Path:
-    """The distributed shell of that very release (the cluster's lib holds the newest one Maven
-    Central has, 3.4.2, for every release): a benchmark's floor on an older cluster."""
+    """The distributed shell of that release line (the cluster's lib holds the newest Maven
+    Central has, 3.4.2's, for every release, and 3.4.2's client does not run on 3.3's jars): the
+    release's own, else the newest earlier patch release of its line a registry serves (3.3.6's
+    is not served here, 3.3.5's is). A benchmark's floor on an older cluster."""
+    major, minor, patch = hadoop_support.parse(version) or (0, 0, 0)
     lib = paths.cache_dir() / f"hadoop-{version}" / "distributedshell"
-    jar = lib / f"hadoop-yarn-applications-distributedshell-{version}.jar"
-    if jar.is_file():
-        return jar
+    found = sorted(lib.glob("hadoop-yarn-applications-distributedshell-*.jar"))
+    if found:
+        return found[-1]
     mvn = shutil.which("mvn")
     if not mvn:
         raise SetupError("Maven (mvn) is needed once to fetch the distributed shell; install it")
     lib.mkdir(parents=True, exist_ok=True)
-    artifact = f"org.apache.hadoop:hadoop-yarn-applications-distributedshell:{version}"
-    proc = subprocess.run([mvn, "-q", "-B", "dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={lib}"],
-                          capture_output=True, text=True)
-    if proc.returncode != 0 or not jar.is_file():
-        raise SetupError(f"Maven could not fetch {artifact}: {(proc.stdout + proc.stderr)[-1500:]}")
-    return jar
+    for candidate in (f"{major}.{minor}.{p}" for p in range(patch, -1, -1)):
+        artifact = f"org.apache.hadoop:hadoop-yarn-applications-distributedshell:{candidate}"
+        proc = subprocess.run([mvn, "-q", "-B", "dependency:copy", f"-Dartifact={artifact}",
+                               f"-DoutputDirectory={lib}"], capture_output=True, text=True)
+        jar = lib / f"hadoop-yarn-applications-distributedshell-{candidate}.jar"
+        if proc.returncode == 0 and jar.is_file():
+            return jar
+    raise SetupError(f"no registry serves a distributed shell of Hadoop {major}.{minor}.0-{version}")
 
 
 def distributedshell_jar(lib: Path) -> Path:
