@@ -159,12 +159,15 @@ def test_a_job_that_waited_for_a_full_queue_is_pointed_at_one_with_room(cluster,
 
 
 def test_containers_slow_to_start_their_executor_say_what_to_ship(tony, cluster, tmp_path):
-    """An interpreter that takes 35 s before it starts the executor (as a large venv localizing
+    """An interpreter that takes 40 s before it starts the executor (as a large venv localizing
     would). The figure the advice gives is the AM's own measure (its NodeManager's report that the
     container started, to its executor's registration), and that measure holds the container's
-    own clock readings of its slow start: a loaded machine may lengthen it, never fake it."""
+    own clock readings of its slow start: a loaded machine may lengthen it, never fake it. The
+    advice's threshold is 30 s: the 10 s between leave the AM room to hear of the start late
+    (measured on the loaded 2-core machine: it heard 3.1 s and 0.1 s before the container's own
+    first reading)."""
     slow, clock = tmp_path / "slow-python", tmp_path / "slow-start"
-    slow.write_text(f"#!/bin/sh\ncase \"$*\" in *tony_py.executor*) date +%s.%N >> {clock}; sleep 35; "
+    slow.write_text(f"#!/bin/sh\ncase \"$*\" in *tony_py.executor*) date +%s.%N >> {clock}; sleep 40; "
                     f"date +%s.%N >> {clock} ;; esac\nexec {PYTHON} \"$@\"\n")
     slow.chmod(slow.stat().st_mode | stat.S_IXUSR)
     args = probe(tmp_path, "slow", "tony.worker.instances=1", "tony.worker.memory=512m", f"tony.am.python={PYTHON}",
@@ -178,10 +181,9 @@ def test_containers_slow_to_start_their_executor_say_what_to_ship(tony, cluster,
     began, ended = (float(line) for line in clock.read_text().split())
     measured = (f"the AM: started {launched:.2f}, registered {registered:.2f}; "
                 f"the container: slow start {began:.2f} to {ended:.2f}")
-    # the NodeManager said the container started before its 35 s were over (3.1 s before its first
-    # reading, in a run on the loaded 2-core machine), and its executor registered only after them
-    # (one host, one clock)
-    assert launched <= ended <= registered and ended - began >= 35, measured
+    # the NodeManager said the container started before its 40 s were over, and its executor
+    # registered only after them (one host, one clock)
+    assert launched <= ended <= registered and ended - began >= 40, measured
     print(f"[startup] {measured}: the AM's start {began - launched:+.2f} s before the container's first reading")
     startup = findings(cluster, run.app_id).get("startup")
     assert startup is not None, f"no start-up finding for a {registered - launched:.1f} s start ({measured})"
