@@ -182,7 +182,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             write(f"{lane}: {len(missing)} of {len(expected[lane])} reported nothing, e.g.", red=True)
             for nodeid in missing[:15]:
                 write(f"  {nodeid}", red=True)
-    gpu = [(nodeid, reason) for nodeid, reason, marked in _LANES.skips if marked and not skips.gpu_present()]
+    gpu = [(nodeid, reason) for nodeid, reason, marked in _LANES.skips if skips.exempt(marked, reason)]
     if gpu:
         terminalreporter.section("skipped: they need hardware this machine lacks")
         for nodeid, reason in gpu:
@@ -196,7 +196,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def _refused_skips(config) -> list[tuple[str, str]]:
     if os.environ.get(NO_SKIPS_ENV) != "1":
         return []
-    return [(nodeid, reason) for nodeid, reason, marked in _LANES.skips if not skips.exempt(marked)]
+    return [(nodeid, reason) for nodeid, reason, marked in _LANES.skips if not skips.exempt(marked, reason)]
 
 
 @pytest.hookimpl(trylast=True)

@@ -3,8 +3,9 @@ on a machine where `nvidia-smi` finds no device. Everything else a CI machine co
 
 - The marker is read from the test item (`item.get_closest_marker("gpu")`), not from
   `report.keywords`, where any parametrize id, class or directory named "gpu" would also match.
-- The machine is asked once: `nvidia-smi -L` listing a `GPU n:` line means a device is there, and
-  then a skipped `gpu` test is refused like any other (it was meant to run here).
+- The machine is asked once: `nvidia-smi -L` lists its devices (`GPU n:` lines). A skipped `gpu`
+  test is refused where a device is there (it was meant to run here), unless its reason says it
+  "needs N GPUs" and fewer than N are listed (a two-device test on a one-GPU machine).
 - A module skipped at collection is never accepted under TONY_TEST_NO_SKIPS=1: it becomes a
   collection error, so no worker can drop a whole file quietly.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 
@@ -25,16 +27,20 @@ def no_skips() -> bool:
 
 
 @functools.lru_cache(maxsize=1)
-def gpu_present() -> bool:
-    """Whether nvidia-smi finds at least one device on this machine."""
+def gpu_count() -> int:
+    """How many devices nvidia-smi finds on this machine (0 without one)."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
-        return False
+        return 0
     try:
         out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return False
-    return any(line.startswith("GPU ") for line in out.splitlines())
+        return 0
+    return sum(line.startswith("GPU ") for line in out.splitlines())
+
+
+def gpu_present() -> bool:
+    return gpu_count() > 0
 
 
 def mark_gpu_test(item, report) -> None:
@@ -46,9 +52,18 @@ def marked_gpu(report) -> bool:
     return any(name == GPU_PROPERTY and value for name, value in report.user_properties)
 
 
-def exempt(marked: bool) -> bool:
-    """A skip CI accepts: a `gpu`-marked test on a machine without a GPU."""
-    return marked and not gpu_present()
+NEEDS_GPUS = re.compile(r"\bneeds (\d+|two|three|four) GPUs\b")
+_WORDS = {"two": 2, "three": 3, "four": 4}
+
+
+def exempt(marked: bool, reason: str = "") -> bool:
+    """A skip CI accepts: a `gpu`-marked test on a machine without a GPU, or one whose reason
+    says it "needs N GPUs" on a machine where nvidia-smi finds fewer than N."""
+    if not marked:
+        return False
+    needed = NEEDS_GPUS.search(reason)
+    wanted = (_WORDS.get(needed.group(1)) or int(needed.group(1))) if needed else 1
+    return gpu_count() < wanted
 
 
 def refuse_collection_skip(report) -> None:

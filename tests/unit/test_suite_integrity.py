@@ -68,6 +68,10 @@ def test_only_the_gpu_marker_on_a_machine_without_one_excuses_a_skip(tmp_path, m
         @pytest.mark.parametrize("device", ["gpu"])
         def test_merely_named_gpu(device):
             pytest.skip("not hardware")
+
+        @pytest.mark.gpu
+        def test_two_devices():
+            pytest.skip("needs two GPUs")
     """}
     root = tree(tmp_path, files)
     run = pytest_in(root, "tests", "-k", "needs_a_gpu", TONY_TEST_NO_SKIPS="1", PATH="/usr/bin:/bin")
@@ -80,6 +84,12 @@ def test_only_the_gpu_marker_on_a_machine_without_one_excuses_a_skip(tmp_path, m
     (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H100 (UUID: GPU-x)'\n")
     (fake / "nvidia-smi").chmod(0o755)
     run = pytest_in(root, "tests", "-k", "needs_a_gpu", TONY_TEST_NO_SKIPS="1", PATH=f"{fake}:/usr/bin:/bin")
+    assert run.returncode != 0 and "TONY_TEST_NO_SKIPS=1 refuses" in run.stdout, run.stdout[-2000:]
+    # a test that needs two GPUs may skip on that one-GPU machine, and only there
+    run = pytest_in(root, "tests", "-k", "two_devices", TONY_TEST_NO_SKIPS="1", PATH=f"{fake}:/usr/bin:/bin")
+    assert run.returncode == 0 and "they need hardware this machine lacks" in run.stdout, run.stdout[-2000:]
+    (fake / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: H100 (UUID: a)'\necho 'GPU 1: H100 (UUID: b)'\n")
+    run = pytest_in(root, "tests", "-k", "two_devices", TONY_TEST_NO_SKIPS="1", PATH=f"{fake}:/usr/bin:/bin")
     assert run.returncode != 0 and "TONY_TEST_NO_SKIPS=1 refuses" in run.stdout, run.stdout[-2000:]
 
 
