@@ -158,10 +158,12 @@ public final class AmBridge {
   }
 
   /**
-   * With the submitter's keytab (TokenRenewal): new delegation tokens at 75 % of their renewal
-   * interval for the default FS and those of fileSystemsJson ({"file_systems": [paths or URIs]}), used by this
-   * process and put into every container started afterwards. With renewFirst (an AM attempt
-   * after the first) a new set is in place when this returns. Returns false without a keytab.
+   * With the submitter's keytab (TokenRenewal): log in for new delegation tokens for the default
+   * FS and those of fileSystemsJson ({"file_systems": [paths or URIs]}), which renewTokensNow
+   * gets, for this process and every container started afterwards; when, Python decides
+   * (tony_py/am/tokens.py) from heldTokens and tokenRenewalIntervalMs. With renewFirst (an AM
+   * attempt after the first) a new set is in place when this returns. Returns false without a
+   * keytab.
    */
   public boolean startTokenRenewal(String fileSystemsJson, boolean renewFirst)
       throws IOException, InterruptedException {
@@ -205,11 +207,34 @@ public final class AmBridge {
     return java.util.Base64.getEncoder().encodeToString(bytes);
   }
 
-  /** Renew now instead of on the timer (tests; an operator's "renew" would use it too). */
-  public void renewTokensNow() {
-    if (renewal != null) {
-      renewal.renewNow();
+  /**
+   * The NameNode's delegation token renewal interval (ms): asked of it with probe (a token
+   * renewed once, then cancelled; the configured one where that fails), else as this process's
+   * configuration says (a day by default). 0 without a keytab.
+   */
+  public long tokenRenewalIntervalMs(boolean probe) {
+    if (renewal == null) {
+      return 0;
     }
+    return probe ? renewal.probeIntervalMs() : renewal.configuredIntervalMs();
+  }
+
+  /**
+   * JSON [{"kind", "service", "issued_ms", "max_ms"}]: the delegation tokens a new set replaces,
+   * as the AM holds them now (the submission's, then the last set's); [] without a keytab.
+   */
+  public String heldTokens() throws IOException, InterruptedException {
+    return Json.write(renewal == null ? java.util.Collections.emptyList() : renewal.heldTokens());
+  }
+
+  /** A new set of delegation tokens now; whether it is in place (false without a keytab). */
+  public boolean renewTokensNow() {
+    return renewal != null && renewal.renewNow();
+  }
+
+  /** Why the last try for new tokens or the interval failed (null: it did not). */
+  public String tokenRenewalError() {
+    return renewal == null ? null : renewal.lastError();
   }
 
   /** Secret keys of the AM's credentials that carry its job files (tony_py/appsecret.py). */
