@@ -22,7 +22,8 @@ LAYERS = [
     # shared helpers; net: the HTTP the AM and the executors speak (transport, the executor API's requests)
     {"tony_py", "errors", "paths", "timeline", "task", "appsecret", "auth", "net",
      "spnego",  # spnego: HTTP to the daemons' web UIs, with Kerberos where they ask
-     "hadoop_support"},  # which Hadoop releases TonY-py runs on
+     "hadoop_support",  # which Hadoop releases TonY-py runs on
+     "hdfs"},  # hdfs:// for task code (hdfs-native, with what training code needs of it)
     {"config"},  # the job's configuration and spec
     {"job", "frameworks", "web", "bridge"},  # the job's records; env per framework; page style; the JVM
     {"history", "executor", "cluster", "advice"},  # advice: read by the AM (its page, history) and the client

@@ -129,6 +129,8 @@ class TaskLauncher:
     def env(self, task: Task) -> dict[str, str]:
         spec = self.spec
         env = dict(spec.container_env)
+        if not self.meta.extra.get("kerberos"):  # who task code is to HDFS without a JVM (tony_py/hdfs.py)
+            env.setdefault("HADOOP_USER_NAME", self.meta.user)
         env.update(
             JOB_NAME=task.id.type,
             TASK_INDEX=str(task.id.index),

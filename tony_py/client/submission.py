@@ -195,7 +195,7 @@ class Submission:
             files_from_am=files_from_am, src_from_am=src_from_am,
             src_path=resources[SRC_LINK].path if src_from_am else None,
             extra={"hdfs_classpath": hdfs_cp, "type_resources": type_links,
-                   "hadoop_classpath": self._application_classpath()},
+                   "hadoop_classpath": self._application_classpath(), "kerberos": kerberos},
         )
         self._stage_job_files(resources, meta, type_links)
         return resources, meta

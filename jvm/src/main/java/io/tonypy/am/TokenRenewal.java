@@ -216,6 +216,7 @@ final class TokenRenewal {
                 }
                 return null;
               });
+      io.tonypy.bridge.TokenAliases.addHostAliases(fresh, conf, fileSystems);  // for tasks' hdfs-native
       // Same services: the new tokens replace the old ones, for this process and for containers.
       UserGroupInformation.getLoginUser().addCredentials(fresh);
       Set<Text> services = new HashSet<>();

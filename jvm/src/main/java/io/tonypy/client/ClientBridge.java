@@ -343,6 +343,7 @@ public final class ClientBridge {
         throw new IOException("cannot get a delegation token for " + uri + ": " + e.getMessage(), e);
       }
     }
+    io.tonypy.bridge.TokenAliases.addHostAliases(creds, conf, fileSystems);  // for tasks' hdfs-native
     if (!hasToken(creds, RMDelegationTokenIdentifier.KIND_NAME)) {
       InetSocketAddress rm =
           conf.getSocketAddr(
