@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -204,14 +205,8 @@ def _cmdline(pid: str) -> bytes:
 
 def test_the_driver_runs_as_the_shell_command_it_was_given(tmp_path, monkeypatch):
     """run_head's last step, without Ray: the command, with RAY_ADDRESS, and its exit code."""
-    class Proc:
-        returncode = None
-
-        def poll(self):
-            return None
-
     node = ray_node.Node({**node_env("head"), ray.DRIVER_COMMAND: f"echo $RAY_ADDRESS > {tmp_path}/a; exit 7"})
-    node.proc, node.ports = Proc(), {"dashboard-port": 1}
+    node.proc, node.ports = _ray_start(None), {"dashboard-port": 1}
     monkeypatch.setattr(ray_node, "listening", lambda address: True)
     monkeypatch.setattr(ray_node.subprocess, "Popen", _popen_skipping_wait(ray_node.subprocess.Popen))
     monkeypatch.delenv("TONY_CALLBACK_FILE", raising=False)
@@ -219,30 +214,20 @@ def test_the_driver_runs_as_the_shell_command_it_was_given(tmp_path, monkeypatch
     assert (tmp_path / "a").read_text().strip() == "h0:6000"
 
 
-class _Ended:
-    """A `ray start` that gave up: Ray's fixed 30 s for a raylet to register ran out."""
-
-    returncode = 1
-
-    def poll(self):
-        return 1
-
-
-class _Running:
-    returncode = None
-
-    def poll(self):
-        return None
+def _ray_start(code):
+    """A node's `ray start --block`: running (None), or ended with `code` (1: it gave up, Ray's
+    fixed 30 s for a raylet to register ran out)."""
+    return SimpleNamespace(returncode=code, poll=lambda: code)
 
 
 def test_a_head_whose_start_fails_early_starts_again_on_the_same_ports(monkeypatch, capsys):
     node = ray_node.Node({**node_env("head"), ray.DRIVER_COMMAND: "exit 0"})
-    node.proc, node.ports = _Ended(), {"dashboard-port": 1}
+    node.proc, node.ports = _ray_start(1), {"dashboard-port": 1}
     starts = []
 
     def start(again=False):
         starts.append((again, dict(node.ports)))
-        node.proc = _Running()
+        node.proc = _ray_start(None)
 
     monkeypatch.setattr(node, "start", start)
     monkeypatch.setattr(node, "stop", lambda: None)
@@ -256,7 +241,7 @@ def test_a_head_whose_start_fails_early_starts_again_on_the_same_ports(monkeypat
 
 def test_a_head_that_never_starts_fails_after_its_attempts_saying_so(monkeypatch, tmp_path):
     node = ray_node.Node({**node_env("head"), ray.DRIVER_COMMAND: "exit 0"})
-    node.proc, node.ports = _Ended(), {"dashboard-port": 1}
+    node.proc, node.ports = _ray_start(1), {"dashboard-port": 1}
     starts = []
     monkeypatch.setattr(node, "start", lambda again=False: starts.append(again))
     monkeypatch.setattr(node, "stop", lambda: None)
@@ -274,6 +259,57 @@ def _popen_skipping_wait(real):
             return real(["true"])
         return real(args, **kwargs)
     return popen
+
+
+# ---- a worker node's runner ------------------------------------------------------------------------
+def _worker(monkeypatch, tmp_path, runs, head_down=()):
+    """A worker's runner whose `ray start`s end as `runs` say, (seconds it ran, exit code) each, with
+    the head's GCS silent during the (from, to) spans of head_down; time passes only as a node runs
+    and as the runner sleeps. (The node, the times its starts came.)"""
+    clock = SimpleNamespace(now=1000.0)
+    monkeypatch.setattr(ray_node.time, "monotonic", lambda: clock.now)
+    monkeypatch.setattr(ray_node.time, "sleep", lambda s: setattr(clock, "now", clock.now + s))
+    monkeypatch.setattr(ray_node, "listening", lambda _: not any(a <= clock.now < b for a, b in head_down))
+    monkeypatch.setenv("TONY_ERROR_FILE", str(tmp_path / "error.json"))
+    node, runs, starts = ray_node.Node(node_env("worker")), iter(runs), []
+
+    def start(again=False):
+        seconds, code = next(runs)
+        starts.append(clock.now)
+        node.proc = SimpleNamespace(wait=lambda: setattr(clock, "now", clock.now + seconds) or code)
+
+    monkeypatch.setattr(node, "start", start)
+    monkeypatch.setattr(node, "stop", lambda: None)
+    return node, starts
+
+
+def test_a_worker_whose_start_fails_early_starts_again_until_the_join_timeout_not_six_times(monkeypatch, tmp_path):
+    node, starts = _worker(monkeypatch, tmp_path, [(10, 1)] * 100)
+    assert ray_node.run_worker(node, 300.0) == 1
+    # every 10 s until one ended 300 s after the first start: the head's verdict, naming the
+    # nodes that did not join, is the job's; the worker's own exit 1 comes after it
+    assert starts == [1000.0 + 10 * i for i in range(31)] and len(starts) > ray_node.START_ATTEMPTS
+    assert not (tmp_path / "error.json").exists()
+
+
+@pytest.mark.parametrize("run", [(100, 3), (5, 0)])
+def test_a_worker_node_that_ends_with_the_head_up_after_its_start_or_cleanly_ends_the_task(monkeypatch, tmp_path, run):
+    node, starts = _worker(monkeypatch, tmp_path, [run, (10, 1)])
+    assert ray_node.run_worker(node, 300.0) == run[1] and starts == [1000.0]  # not started again
+
+
+def test_a_worker_node_that_ended_with_the_head_gone_waits_for_the_head_and_joins_it_again(
+        monkeypatch, tmp_path, capsys):
+    # it ran 100 s (a failure of its own, had the head still answered), the head's GCS was gone
+    node, starts = _worker(monkeypatch, tmp_path, [(100, 1), (200, 2)], head_down=[(1100, 1130)])
+    assert ray_node.run_worker(node, 300.0) == 2  # the node that joined again, ended later
+    assert starts == [1000.0, 1130.0] and not (tmp_path / "error.json").exists()
+    assert "after the head's GCS at h0:6000 went away: waiting for the head" in capsys.readouterr().err
+    # a head that never answers again: the worker fails after the join timeout, naming it
+    node, starts = _worker(monkeypatch, tmp_path, [(100, 1)], head_down=[(1100, float("inf"))])
+    assert ray_node.run_worker(node, 300.0) == 1 and starts == [1000.0]
+    message = json.loads((tmp_path / "error.json").read_text())["message"]
+    assert "h0:6000 did not answer for 300 s" in message and ray_node.JOIN_TIMEOUT in message
 
 
 # ---- the dashboard on the AM page --------------------------------------------------------------------
@@ -295,10 +331,7 @@ def test_worker_nodes_start_once_the_head_announced_its_node(tmp_path):
 
 
 def test_the_head_names_the_worker_nodes_that_did_not_join_in_the_root_cause(tmp_path, monkeypatch):
-    import json
-    import types
-
-    fake = types.SimpleNamespace(init=lambda **kw: None, shutdown=lambda: None,
+    fake = SimpleNamespace(init=lambda **kw: None, shutdown=lambda: None,
                                  nodes=lambda: [{"NodeName": "head:0", "Alive": True},
                                                 {"NodeName": "worker:0", "Alive": True},
                                                 {"NodeName": "worker:1", "Alive": False}])
@@ -316,8 +349,6 @@ def test_the_head_names_the_worker_nodes_that_did_not_join_in_the_root_cause(tmp
 def test_the_node_runner_imports_with_the_standard_library_alone():
     """It runs in the user's environment, where TonY-py's own packages (defusedxml, ...) are not
     on the path: importing it must need nothing but tony_py itself."""
-    import subprocess
-    import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
@@ -329,10 +360,6 @@ def test_the_node_runner_imports_with_the_standard_library_alone():
 
 
 def test_bad_ray_sizes_and_shapes_are_refused_naming_the_key(tmp_path):
-    from tony_py.config.build import build_job_spec
-    from tony_py.config.layers import load_conf
-    from tony_py.errors import ConfigError
-
     def build(*pairs):
         conf = load_conf(None, ["tony.application.framework=ray", "tony.containers.command=python d.py",
                                 "tony.worker.instances=1", *pairs], env={}, cwd=tmp_path)
