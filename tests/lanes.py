@@ -23,7 +23,7 @@ import functools
 import re
 from pathlib import Path
 
-LANES = ("multihost", "secure", "ha", "compat", "unit", "processes")  # the order work is queued in
+LANES = ("multihost", "secure", "ha", "unit", "compat", "processes")  # the order work is queued in
 DEFAULT_INTEGRATION_S = 8.0  # about a one-host test's median
 
 # seconds, from the serial fresh-clone run of 2026-11-27 (before the lanes), and test_advice's and
