@@ -11,6 +11,7 @@ import http.server
 import json
 import socket
 import threading
+import time
 
 import pytest
 
@@ -21,13 +22,22 @@ from tony_py.errors import SetupError, UsageError
 pytestmark = pytest.mark.unit
 
 
-def site(tmp_path, rpc: str, web: str):
-    (tmp_path / "yarn-site.xml").write_text(
-        "<configuration>"
-        f"<property><name>yarn.resourcemanager.address</name><value>{rpc}</value></property>"
-        f"<property><name>yarn.resourcemanager.webapp.address</name><value>{web}</value></property>"
-        "</configuration>")
+def site(tmp_path, rpc: str, web: str, **more: str):
+    props = {"yarn.resourcemanager.address": rpc, "yarn.resourcemanager.webapp.address": web, **more}
+    (tmp_path / "yarn-site.xml").write_text("<configuration>" + "".join(
+        f"<property><name>{k}</name><value>{v}</value></property>" for k, v in props.items()) + "</configuration>")
     return tmp_path
+
+
+def ha_site(tmp_path, rpcs: list[str], wait_ms: int):
+    """An HA pair rm1, rm2 at these RPC addresses (web UIs that do not answer), the client's wait on
+    its RMs wait_ms."""
+    more = {"yarn.resourcemanager.ha.enabled": "true", "yarn.resourcemanager.ha.rm-ids": "rm1,rm2",
+            preflight.RM_WAIT_KEY: str(wait_ms)}
+    for rm, rpc in zip(("rm1", "rm2"), rpcs):
+        more[f"yarn.resourcemanager.address.{rm}"] = rpc
+        more[f"yarn.resourcemanager.webapp.address.{rm}"] = closed_port()
+    return site(tmp_path, rpcs[0], closed_port(), **more)
 
 
 @pytest.fixture
@@ -65,9 +75,35 @@ def closed_port() -> str:
 
 def test_no_rm_answering_is_one_line_naming_the_address_and_the_key(tmp_path):
     dead = closed_port()
+    started = time.monotonic()
     with pytest.raises(SetupError, match=rf"no ResourceManager answers at {dead} \(yarn.resourcemanager.address\)") as e:
         preflight.check_cluster(site(tmp_path, dead, closed_port()))
     assert e.value.exit_code == 2 and "HADOOP_CONF_DIR" in str(e.value)
+    assert time.monotonic() - started < 5  # a lone RM gets one look, not the client's 120 s wait on its RMs
+
+
+def test_an_ha_pair_is_looked_at_again_while_it_fails_over_for_the_clients_wait_on_its_rms(tmp_path):
+    """Neither RM takes a connection while the standby takes over (it opens its client port only
+    once active): the client looks again, once a second, for yarn.resourcemanager.connect.max-wait.ms."""
+    standby = socket.socket()  # bound, not listening: connections are refused until it listens
+    standby.bind(("127.0.0.1", 0))
+    pair = [closed_port(), f"127.0.0.1:{standby.getsockname()[1]}"]
+    opens = threading.Timer(0.5, standby.listen)
+    started = time.monotonic()
+    opens.start()
+    try:
+        assert preflight.check_cluster(ha_site(tmp_path, pair, wait_ms=20_000)) is None  # (no web UI answers)
+        assert 0.5 <= time.monotonic() - started < 10  # at the look after the standby became active
+    finally:
+        opens.cancel()
+        standby.close()
+    neither = [closed_port(), closed_port()]
+    started = time.monotonic()
+    with pytest.raises(SetupError) as e:
+        preflight.check_cluster(ha_site(tmp_path, neither, wait_ms=1000))
+    assert time.monotonic() - started >= 1.0 and e.value.exit_code == 2
+    assert f"no ResourceManager answers at {neither[0]} (yarn.resourcemanager.address.rm1), " \
+           f"{neither[1]} (yarn.resourcemanager.address.rm2)" in str(e.value)
 
 
 def test_an_older_cluster_is_refused_with_its_release_and_the_oldest_supported(tmp_path, rm):
