@@ -1,8 +1,13 @@
-"""The executor's pure parts: error files, the job's files, unpacking src_dir, the user's environment."""
+"""The executor's pure parts: error files, the job's files, unpacking src_dir, the user's environment,
+the order in which the user's process group and its strays are stopped."""
 
+import io
 import json
 import os
+import signal
 import stat
+import sys
+import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,6 +20,8 @@ from tony_py.executor.jobfiles import UnpackError, fetch_job_files, load_job, un
 from tony_py.executor.settings import Settings
 from tony_py.executor.taskenv import MAX_ERROR_TEXT, MAX_TRACEBACK, describe_command, read_error_file, user_env
 from tony_py.executor.process import tail
+
+pytestmark = pytest.mark.unit
 
 
 def test_a_huge_error_file_is_cut_to_what_the_am_accepts(tmp_path):
@@ -206,3 +213,65 @@ def test_a_preemptions_deadline_counts_from_when_its_heartbeat_was_sent(tmp_path
     assert before + 2.0 - 0.05 <= executor.preempt_deadline <= after + 2.0 + 0.05
     assert float((tmp_path / "deadline").read_text()) == executor.preempt_deadline
     assert terminated == [True]  # SIGTERM to the task's process group, once
+
+
+def test_kill_group_signals_the_group_before_it_scans_for_strays(monkeypatch):
+    """The NodeManager SIGKILLs the executor 250 ms after its SIGTERM, which a scan of the process
+    table on a loaded node can outlast: the group has its signal first, then the descendants that
+    left the group theirs (one still in it gets none of its own), and the same for SIGKILL."""
+    from tony_py.executor import process
+
+    calls, group, dead = [], 4242, []
+
+    def killpg(pgid, sig):
+        if sig == 0:  # _group_alive
+            if dead:
+                raise ProcessLookupError
+            return
+        calls.append(("group", pgid, sig))
+        if sig == signal.SIGKILL:  # the group is gone once it is killed, not before
+            dead.append(sig)
+
+    def scan(self):
+        calls.append(("scan",))
+        return [SimpleNamespace(pid=pid, send_signal=lambda sig, pid=pid: calls.append(("stray", pid, sig)))
+                for pid in (5001, 5002)]
+
+    monkeypatch.setattr(process.os, "killpg", killpg)
+    monkeypatch.setattr(process.os, "getpgid", {5001: 5001, 5002: group}.__getitem__)  # 5001 ran setsid
+    monkeypatch.setattr(process.UserProcess, "_descendants", scan)
+    child = object.__new__(process.UserProcess)
+    child.pid, child._out, child._err = group, io.BytesIO(), io.BytesIO()
+    child.popen = SimpleNamespace(poll=lambda: -signal.SIGKILL if dead else None)
+    child.kill_group(grace_s=0.1)
+    assert calls == [("group", group, signal.SIGTERM), ("scan",), ("stray", 5001, signal.SIGTERM),
+                     ("group", group, signal.SIGKILL), ("stray", 5001, signal.SIGKILL)]
+
+
+def test_kill_group_ends_the_group_and_a_stray_that_left_it(tmp_path):
+    """With real processes: the user process handles SIGTERM (as a trainer saving a checkpoint
+    does), here by waiting for its child in a session of its own, which the sweep after the
+    group's signal reaches."""
+    import psutil
+
+    from tony_py.executor.process import UserProcess
+
+    script = ("import signal, subprocess, sys\n"
+              "stray = subprocess.Popen(['sleep', '61.73'], start_new_session=True)\n"
+              "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0 if stray.wait(30) == -signal.SIGTERM else 1))\n"
+              "open('ready', 'w').close()\n"
+              "signal.pause()\n")
+    (tmp_path / "user.py").write_text(script)
+    child = UserProcess(f"exec {sys.executable} user.py", dict(os.environ), str(tmp_path),
+                        tmp_path / "stdout", tmp_path / "stderr")
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    started = time.monotonic()
+    child.kill_group(grace_s=10)
+    assert child.returncode == 0 and time.monotonic() - started < 5  # its handler saw the stray end
+    left = [p for p in psutil.process_iter(["cmdline", "status"])
+            if "61.73" in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+    for proc in left:  # not to outlive a failed run
+        proc.kill()
+    assert not left

@@ -111,14 +111,31 @@ class UserProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def _strays(self) -> list:
+        """The descendants that left the process group (setsid, setpgid): killpg misses them."""
+        strays = []
+        for proc in self._descendants():
+            try:
+                if os.getpgid(proc.pid) != self.pid:
+                    strays.append(proc)
+            except OSError:  # already gone
+                pass
+        return strays
+
     def kill_group(self, grace_s: float = 5.0) -> None:
-        """SIGTERM the whole process group (and strays that left it), then SIGKILL."""
-        strays = self._descendants()
+        """SIGTERM the whole process group, then the strays that left it; SIGKILL both after grace_s.
+        The group's signal goes first: the NodeManager SIGKILLs this executor 250 ms after its
+        SIGTERM, which a scan of the process table on a loaded node can outlast, and the user
+        process's PDEATHSIG reaches it alone, not the rest of its group. (A stray whose parent
+        dies of the group's SIGTERM before the scan is re-parented out of its reach.)"""
+        strays = None
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
             try:
                 os.killpg(self.pid, sig)
             except (ProcessLookupError, PermissionError):
                 pass
+            if strays is None:
+                strays = self._strays()
             for proc in strays:
                 try:
                     proc.send_signal(sig)
