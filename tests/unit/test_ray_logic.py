@@ -20,6 +20,7 @@ from tony_py.frameworks import ray, ray_node
 from tony_py.job.view import dashboards
 
 CLUSTER = {"head": ["h0:6000"], "worker": ["h1:7001", "h0:7002"]}
+pytestmark = pytest.mark.unit
 
 
 def spec(tmp_path, *overrides, command="python driver.py --n 3"):
