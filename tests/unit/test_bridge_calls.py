@@ -124,8 +124,14 @@ def call_arguments(node: ast.Attribute, parents: dict) -> list[ast.expr] | None:
     return None
 
 
+# Task-side modules: their `fs` is an fsspec file system (tony_py/hdfs.py), never the JVM's.
+TASK_SIDE = {"hdfs.py", "data.py", "checkpoint.py", "task.py"}
+
+
 def receiver_class(module: Path, receiver: str) -> str | None:
     """The Java class behind a receiver expression, or None for one that is not a bridge."""
+    if module.relative_to(PACKAGE).as_posix() in TASK_SIDE:
+        return None
     last = receiver.split(".")[-1]
     if last == "fs":
         return FS_CLASS
