@@ -31,3 +31,21 @@ def test_an_hdfs_failure_is_the_oserror_python_code_expects_naming_the_path(rais
     assert type(error) is kind and error.errno == code
     assert error.filename == "/user/alice/data/part-0.parquet" and words in error.strerror
     assert "\tat " not in str(error)  # the Java stack stays out
+
+
+NO_CRED = ('GSSAPIError(GssMajorCodes { raw: "0x00070000", calling_error: "none", routine_error: "GSS_S_NO_CRED", '
+           'supplementary_info: "0x0000" }, 2529639053, "No credentials were supplied, or the credentials were '
+           'unavailable or inaccessible: No Kerberos credentials available (default cache: FILE:/nonexistent/cc)")')
+
+
+def test_no_token_for_the_namenode_and_no_ticket_says_what_was_looked_for(monkeypatch):
+    """hdfs-native looks for a token under the NameNode's address as the URL names it, skips one
+    that dies within 60 s, then tries Kerberos, which a task container has no ticket for."""
+    monkeypatch.setenv("HADOOP_TOKEN_FILE_LOCATION", "/nm/container_1/container_tokens")
+    error = translate("/user/alice/data", RuntimeError(NO_CRED))
+    assert type(error) is PermissionError and error.errno == errno.EACCES and error.filename == "/user/alice/data"
+    assert error.strerror.startswith("no credentials for HDFS: no HDFS delegation token in "
+                                     "HADOOP_TOKEN_FILE_LOCATION (/nm/container_1/container_tokens) under this "
+                                     "NameNode's address as the URL names it"), error.strerror
+    monkeypatch.delenv("HADOOP_TOKEN_FILE_LOCATION")
+    assert "no HADOOP_TOKEN_FILE_LOCATION, and no Kerberos ticket" in translate("/d", RuntimeError(NO_CRED)).strerror
