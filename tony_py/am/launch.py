@@ -119,6 +119,16 @@ def docker_env(spec: JobSpec, image: str | None) -> dict[str, str]:
     return env
 
 
+def simple_user() -> str:
+    """Who YARN and HDFS take a client for on a cluster without Kerberos (Hadoop's
+    UserGroupInformation): HADOOP_USER_NAME, else the OS user. The job's user is that, and its
+    tasks act as it (TaskLauncher.env)."""
+    import getpass
+    import os
+
+    return os.environ.get("HADOOP_USER_NAME") or getpass.getuser()
+
+
 class TaskLauncher:
     def __init__(self, spec: JobSpec, meta: JobMeta, am_host: str, am_port: int):
         self.spec = spec

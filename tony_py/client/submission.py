@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import getpass
 import hashlib
 import json
 import math
@@ -20,7 +19,7 @@ from typing import Callable
 
 from tony_py import appsecret, paths, timeline
 from tony_py.am.launch import (JAR_LINK, JOB_META_FILE, RUNTIME_LINK, JobMeta, am_credential_files, docker_env,
-                               job_file_delivery, needs_hadoop_in_task)
+                               job_file_delivery, needs_hadoop_in_task, simple_user)
 from tony_py.bridge import cds, jvm
 from tony_py.bridge.interrupts import guard
 from tony_py.client.job import Job
@@ -190,7 +189,7 @@ class Submission:
         task_links += localized
         type_links, hdfs_cp = self._stage_resources(tmp, resources, task_links)
         meta = JobMeta(
-            app_id=self.app_id, staging_dir=self.stager.staging_dir, user=self.gw.user or getpass.getuser(),
+            app_id=self.app_id, staging_dir=self.stager.staging_dir, user=self.gw.user or simple_user(),
             resources={}, task_resources=task_links, task_python=self.job.task_python, src_zip=src_zip,
             files_from_am=files_from_am, src_from_am=src_from_am,
             src_path=resources[SRC_LINK].path if src_from_am else None,
