@@ -2,7 +2,10 @@
 container with its own host name, the KDC one of its own, every host has its own principals
 (`nn/<host>@TONY.TEST`, `HTTP/<host>@…`) in a keytab of its own, and the site files say `_HOST`.
 Users submit from this machine, by keytab and by ticket cache; tasks on the other hosts read and
-write HDFS with their delegation tokens only; the web UIs, reached by host name, want SPNEGO.
+write HDFS with their delegation tokens only, through a JVM and through tony_py.hdfs (hdfs-native,
+by hdfs:/// URLs, which name the NameNode by host), also past their first tokens' end (the
+lifetimes are the one-host secure cluster's: 30 s, 90 s), and a worker whose host is killed
+resumes on the other from its checkpoint on HDFS; the web UIs, reached by host name, want SPNEGO.
 
 Brought up once for this module by the same launcher users run; it needs a Docker engine (the
 multi-host tests' rule: skipped with the reason, failed where TONY_TEST_DOCKER=required, as in CI).
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +24,8 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from support import JOBS, PYTHON, ROOT, app_id_in, need_docker_engine
+from secure.conftest import TOKEN_MAX_S, TOKEN_RENEW_S, environment
+from support import JOBS, PYTHON, ROOT, Background, app_id_in, need_docker_engine, wait_for
 from tony_py import spnego
 from tony_py.cluster import secure
 from tony_py.cluster.docker import DockerCluster
@@ -60,7 +65,10 @@ def hosts(request, tmp_path_factory) -> Hosts:
     workdir = ROOT / ".test-secure-hosts-cluster"
     launcher = DockerCluster(workdir)
     launcher.down(purge=True)
-    state, _ = launcher.up(nodes=2, kerberos=True, timeout=300)
+    # the one-host secure cluster's token lifetimes (secure/conftest.py): a job outlives its first
+    # tokens in a minute, so that renewed sets are used across hosts too
+    with environment(TONY_CLUSTER_TOKEN_RENEW_S=str(TOKEN_RENEW_S), TONY_CLUSTER_TOKEN_MAX_S=str(TOKEN_MAX_S)):
+        state, _ = launcher.up(nodes=2, kerberos=True, timeout=300)
     info = launcher.status()
     print(f"\n[secure hosts cluster] up in {state.up_seconds} s: {info.get('daemon_rss_mb')}", file=sys.stderr)
     handle = Hosts(launcher, info, tmp_path_factory.mktemp("krb-hosts") / "alice.cc")
@@ -137,3 +145,147 @@ def test_submitted_from_this_machine_tasks_on_other_hosts_use_hdfs_with_their_to
     tasks = json.loads(shown.stdout)["tasks"]
     assert len(tasks) == 2 and all(urlsplit(t["log_url"]).hostname in nm_hosts for t in tasks), tasks
     hosts.fs("-rm", "-r", "-skipTrash", base)
+
+
+# ---- hdfs:// from task code across hosts (tony_py/hdfs.py) -------------------------------------------
+class NameNode:
+    """The NameNode's WebHDFS by host name, as alice (SPNEGO with her ticket cache): what the
+    tasks wrote, read back by the NameNode itself rather than by the client they used."""
+
+    def __init__(self, hosts: Hosts):
+        self.web = hosts.info["namenode_web"]
+        self.http = spnego.session(ccache=f"FILE:{hosts.ccache}", krb5_conf=hosts.info["krb5_conf"])
+
+    def listing(self, path: str) -> dict[str, int]:
+        """{name: modification time (ms, the NameNode's)}; {} while path does not exist."""
+        resp = self.http.get(f"{self.web}/webhdfs/v1{path}", params={"op": "LISTSTATUS"}, timeout=30)
+        if resp.status_code == 404:
+            return {}
+        assert resp.ok, resp.text[:500]
+        return {s["pathSuffix"]: s["modificationTime"] for s in resp.json()["FileStatuses"]["FileStatus"]}
+
+    def read(self, path: str) -> bytes:
+        resp = self.http.get(f"{self.web}/webhdfs/v1{path}", params={"op": "OPEN"}, timeout=30)
+        assert resp.ok, f"{path}: {resp.status_code} {resp.text[:500]}"
+        return resp.content
+
+
+def put_inputs(hosts: Hosts, base: str, tmp_path: Path, rows=(300, 200)) -> int:
+    """base/input.txt and a Parquet dataset base/data of `rows` rows (0, 1, ...); returns their sum."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for i, n in enumerate(rows):
+        start = sum(rows[:i])
+        pq.write_table(pa.table({"x": list(range(start, start + n))}), data / f"part-{i}.parquet")
+    for args, stdin in ((("-mkdir", "-p", f"{base}/out"), None), (("-put", "-", f"{base}/input.txt"), "forty-two\n"),
+                        (("-put", str(data), f"{base}/data"), None)):
+        done = hosts.fs(*args, stdin=stdin)
+        assert done.returncode == 0, done.stderr[-2000:]
+    total = sum(rows)
+    return total * (total - 1) // 2
+
+
+def test_tasks_on_other_hosts_read_hdfs_urls_with_tokens_named_as_the_url_names_the_namenode(hosts, tmp_path):
+    """By host name, hdfs-native looks for a token named host:port, while Hadoop names it IP:port:
+    the client's copy under host:port (TokenAliases) is what lets the task in; without it, the
+    same task holding the same valid token is refused. The AM's renewed sets carry the copy too:
+    once the set a task started with no longer lets a new connection in, the renewed one does."""
+    base = f"/user/alice/hosts-native-{os.getpid()}"
+    expected_sum = put_inputs(hosts, base, tmp_path)
+    nn = NameNode(hosts)
+    try:
+        run = hosts.submit("--principal", ALICE, "--keytab", hosts.info["user_keytab"], "--src_dir", str(JOBS),
+                           "--executes", "hdfs_native_io.py", "--python_binary_path", PYTHON,
+                           "--task_params", f"{base} --alias-check --outlive-tokens",
+                           "--conf", "tony.application.framework=pytorch", "--conf", "tony.worker.instances=2",
+                           "--conf", "tony.am.memory=512m", "--conf", "tony.worker.memory=512m")
+        assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+        namenode = f"{hosts.info['daemons']['namenode']['hostname']}:{urlsplit(hosts.info['default_fs']).port}"
+        nm_hosts = {hosts.info["daemons"][f"nodemanager{i}"]["hostname"] for i in (1, 2)}
+        for task in ("worker-0", "worker-1"):
+            report = json.loads(nn.read(f"{base}/out/{task}.json"))
+            assert report["host"] in nm_hosts and report["token_file"], report
+            assert (report["input"], report["sum"], report["owner"]) == ("forty-two", expected_sum, "alice"), report
+            assert report["missing"]["type"] == "FileNotFoundError", report["missing"]
+            # Hadoop's token (IP:port) and the client's copy under the name the URL uses
+            ip_named = [s for s in report["services"] if s != namenode]
+            assert namenode in report["services"] and ip_named and ip_named[0][0].isdigit(), report["services"]
+            assert report["with_alias"]["out"] == "forty-two", report["with_alias"]
+            without = report["without_alias"]
+            assert without["rc"] == 3 and without["out"].startswith("PermissionError: "), without
+            assert "no credentials for HDFS: no HDFS delegation token" in without["out"], without
+            outlived = report["outlived"]
+            assert outlived["renewed"] and outlived["old_set"]["rc"] == 3, outlived
+            assert (outlived["current_set"]["rc"], outlived["current_set"]["out"]) == (0, "forty-two"), outlived
+    finally:
+        hosts.fs("-rm", "-r", "-skipTrash", base)
+
+
+STEPS, EVERY = 40, 5  # hdfs_checkpointer.py: steps of 1 s, a commit every EVERY steps
+
+
+def test_a_worker_whose_host_is_killed_resumes_on_another_host_from_its_hdfs_checkpoint(hosts):
+    """No shared directory: the worker's checkpoints are on HDFS only (jobs/hdfs_checkpointer.py),
+    written with its container's tokens. Its host is killed (every process at once, as a power
+    cut) once it has committed and stepped on; the copy YARN starts on the other host resumes from
+    the newest commit, having redone at most one interval of steps, while no step of the killed
+    copy reached HDFS after the new one resumed (no split brain), and the sum over every step
+    comes out exact. Whether the AM shared the killed host is YARN's choice: then a second AM
+    attempt starts the worker again."""
+    from tony_py.cluster.faults import Faults
+
+    base = f"/user/alice/hosts-ckpt-{os.getpid()}"
+    nn, faults = NameNode(hosts), Faults(hosts.launcher)
+    made = hosts.fs("-mkdir", "-p", f"{base}/out")
+    assert made.returncode == 0, made.stderr[-2000:]
+    job = Background(hosts, ["--principal", ALICE, "--keytab", hosts.info["user_keytab"], "--src_dir", str(JOBS),
+                             "--executes", "hdfs_checkpointer.py", "--python_binary_path", PYTHON,
+                             "--task_params", f"{base} --steps {STEPS} --every {EVERY}",
+                             "--conf", "tony.application.framework=pytorch", "--conf", "tony.worker.instances=1",
+                             "--conf", "tony.am.memory=512m", "--conf", "tony.worker.memory=512m",
+                             "--conf", "tony.am.retry-count=2", "--conf", "tony.am.max-attempts=2"])
+    killed = None
+    try:
+        steps = f"{base}/steps/worker-0"
+        wait_for(lambda: any(n.endswith("-a0") and int(n[1:].split("-")[0]) >= EVERY + 2 for n in nn.listing(steps)),
+                 300, "the worker to step on past its first commit", explain=lambda: "".join(job.out)[-2000:])
+        first = json.loads(nn.read(f"{base}/resumed/worker-0-a0"))
+        killed = next(name for name, d in hosts.info["daemons"].items() if short(d["hostname"]) == short(first["host"]))
+        with_am = short(hosts_app(hosts, job.app_id)["amHostHttpAddress"]) == short(first["host"])
+        faults.kill(killed)
+        run = job.wait(timeout=600)
+    finally:
+        if job.proc.poll() is None:  # failed before the job ended: Ctrl-C, so the client kills its application
+            job.proc.send_signal(signal.SIGINT)
+            job.proc.wait(timeout=60)
+        if killed:
+            faults.repair()
+    assert run.rc == 0, run.output[-3000:]
+    resumed = {n: json.loads(nn.read(f"{base}/resumed/{n}")) for n in nn.listing(f"{base}/resumed")}
+    later = sorted((r for r in resumed.values() if r["attempt"] > 0), key=lambda r: r["attempt"])
+    assert later and short(later[0]["host"]) != short(first["host"]), resumed
+    newest = max(int(n[4:].split("-")[0]) for n in nn.listing(f"{base}/ckpt/worker-0") if n.endswith("-a0"))
+    assert (later[0]["from_step"], later[0]["from_attempt"]) == (newest, 0), (later[0], newest)
+    taken = nn.listing(steps)
+    last_before = max(int(n[1:].split("-")[0]) for n in taken if n.endswith("-a0"))
+    assert 0 <= last_before - newest <= EVERY, (last_before, newest)  # steps redone: one interval at most
+    back_at = nn.listing(f"{base}/resumed")[f"worker-0-a{later[0]['attempt']}"]
+    assert all(t < back_at for n, t in taken.items() if n.endswith("-a0")), "a step of the killed copy came later"
+    out = json.loads(nn.read(f"{base}/out/worker-0.json"))
+    assert (out["step"], out["sum"]) == (STEPS - 1, STEPS * (STEPS - 1) // 2), out
+    print(f"\n[hdfs checkpoint across hosts] killed {killed} ({'with' if with_am else 'not'} the "
+          f"AM); resumed on {later[0]['host']} from step {newest}, {last_before - newest} step(s) redone",
+          file=sys.stderr)
+    hosts.fs("-rm", "-r", "-skipTrash", base)
+
+
+def short(host: str) -> str:
+    return host.split(":")[0].split(".")[0]
+
+
+def hosts_app(hosts: Hosts, app_id: str) -> dict:
+    alice = spnego.session(ccache=f"FILE:{hosts.ccache}", krb5_conf=hosts.info["krb5_conf"])
+    return alice.get(f"{hosts.info['resourcemanager_web']}/ws/v1/cluster/apps/{app_id}", timeout=10).json()["app"]
