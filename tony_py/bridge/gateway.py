@@ -2,7 +2,8 @@
 
 The client's JVM holds Hadoop's YarnClient and FileSystem (io.tonypy.client.ClientBridge), so
 submission uses the cluster's own client code, configuration and security. It is started with
-py4j.launch_gateway: on loopback, with a fresh auth token, and it dies with this process.
+py4j's GatewayServer (start_gateway_server): on loopback, with a fresh auth token, and it dies
+with this process.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import threading
 import zipfile
 from pathlib import Path
 
-from py4j.java_gateway import GatewayParameters, JavaGateway, launch_gateway
+from py4j.java_gateway import GatewayParameters, JavaGateway
 from py4j.protocol import Py4JError, Py4JJavaError
 
 from tony_py import paths
@@ -125,6 +126,40 @@ def jvm_start_failure(jar: Path, exc: Exception, log_path: Path | None) -> str:
     return str(exc)
 
 
+def start_gateway_server(java: str, classpath: list[str], opts: list[str], log) -> tuple[int, str, subprocess.Popen]:
+    """py4j's GatewayServer in a JVM: (port, auth token, process). What py4j's launch_gateway
+    does, but the JVM's process group is made by Popen's process_group, not py4j's
+    preexec_fn=os.setpgrp: with a preexec_fn the forked child runs Python (the interpreter's and
+    every library's at-fork hooks) before its exec, and a lock some other thread of the parent
+    held at the fork never comes free there; the client's JVM starts from a background thread
+    while the main thread imports. Seen: CI's unit tier hung 600 s in that child, twice. Its own
+    process group: a Ctrl-C in the terminal must reach only the client, which then needs the JVM
+    to kill the application and clean up. --die-on-broken-pipe: the JVM ends when this process
+    does (its stdin closes). A JVM that ends before printing its port raises ValueError
+    (jvm_start_failure says why); the rest of its stdout goes to `log`, as its stderr."""
+    command = [java, "-classpath", os.pathsep.join(classpath), *opts, "py4j.GatewayServer",
+               "--die-on-broken-pipe", "--enable-auth", "0"]
+    proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, process_group=0)
+    try:
+        port = int(proc.stdout.readline())
+        token = proc.stdout.readline().decode().rstrip("\r\n")
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    threading.Thread(target=_copy_output, args=(proc.stdout, log), name="tony-client-jvm-stdout", daemon=True).start()
+    return port, token, proc
+
+
+def _copy_output(stream, log) -> None:
+    for line in iter(stream.readline, b""):
+        try:
+            log.write(line.decode(errors="replace"))
+            log.flush()
+        except ValueError:  # the log was closed: the client is done with the JVM
+            return
+
+
 class JvmLaunch:
     """The client's JVM starting, in the background when asked: its ~0.4 s then overlap the
     checks that need no cluster (open_gateway). result() waits and returns (conf dir, port,
@@ -153,20 +188,7 @@ class JvmLaunch:
             *user_opts,
         ]
         try:
-            return launch_gateway(
-                jarpath=str(jar),
-                classpath=os.pathsep.join(classpath),
-                javaopts=env_opts,
-                java_path=jvm.java_executable(),
-                die_on_exit=True,  # and it dies with this process whatever happens
-                # Its own process group: a Ctrl-C in the terminal must reach only the client,
-                # which then needs the JVM to kill the application and clean up.
-                create_new_process_group=True,
-                redirect_stdout=self.log,
-                redirect_stderr=self.log,
-                enable_auth=True,
-                return_proc=True,
-            )
+            return start_gateway_server(jvm.java_executable(), [str(jar), *classpath], env_opts, self.log)
         except Exception as exc:  # noqa: BLE001 - report how the JVM failed to start
             self.log.flush()
             raise SetupError(f"the client JVM did not start: {jvm_start_failure(jar, exc, self.log_path)} "

@@ -19,11 +19,12 @@ SIGINT, SIGTERM and SIGHUP into a request:
 Only the CLI installs the handlers (`install()`); a library user keeps their own, and
 `shielded()` is then a no-op.
 
-A child forked to exec the JVM (Py4J's `preexec_fn=os.setpgrp`) runs Python between fork and
-exec and inherits the handlers: a Ctrl-C landing there must not raise inside the child's
-at-fork hooks (it printed "Exception ignored in: <function _after_fork>"). In any process but
-the one that installed them the handler does nothing: the child goes on to exec the JVM, and
-the client, which got the same Ctrl-C, stops it as it cleans up.
+A child forked to exec something runs Python between fork and exec when it is given a
+preexec_fn (the executor's and Ray's children), and inherits the handlers: a Ctrl-C landing
+there must not raise inside the child's at-fork hooks (it printed "Exception ignored in:
+<function _after_fork>"). In any process but the one that installed them the handler does
+nothing: the child goes on to exec, and the client, which got the same Ctrl-C, cleans up.
+(The client's own JVM starts with no Python in its child at all: gateway.start_gateway_server.)
 """
 
 from __future__ import annotations
