@@ -42,7 +42,7 @@ class BuildWithJar(build_py):
 def build_jar(out: Path) -> Path:
     """`mvn package` once, into `out` (never the checkout's target/, which a running cluster of
     the checkout may be using), with this build's interpreter making the runtime archive the
-    jar carries (its py4j, defusedxml, psutil and rich come from pyproject's build requirements)."""
+    jar carries (its py4j, defusedxml, psutil, rich and requests come from pyproject's build requirements)."""
     mvn = shutil.which("mvn")
     if mvn is None:
         sys.exit("building the tony-py wheel needs Maven (mvn) and a JDK 11+ on PATH, once: the wheel carries "

@@ -14,8 +14,13 @@ from pathlib import Path
 
 from tony_py.client.staging import package_entries, write_zip
 
-# The task runtime's packages, plus what the client alone needs (the live table).
-CLIENT_PACKAGES = ("tony_py", "py4j", "defusedxml", "psutil", "rich", "markdown_it", "mdurl", "pygments")
+# The task runtime's packages, plus what the client alone needs: the live table (rich and its
+# own), HTTP to the ResourceManager's REST API (requests and its own; charset_normalizer's
+# compiled modules have pure-Python twins, which other interpreters load). Every third-party
+# import the entry modules can reach is here or handled where missing (tests/unit/test_jar_runtime.py).
+CLIENT_PACKAGES = ("tony_py", "py4j", "defusedxml", "psutil", "rich", "markdown_it", "mdurl", "pygments",
+                   "requests", "urllib3", "idna", "certifi", "charset_normalizer")
+JAR_ENTRY_MODULES = ("tony_py.submit", "tony_py.client.notebook")  # what the jar's driver runs
 ZIP_NAME = "tony_py_runtime.zip"
 HASH_NAME = "tony_py_runtime.sha256"
 
