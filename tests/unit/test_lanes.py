@@ -51,3 +51,35 @@ def test_the_suite_runs_without_xdist_too():
                            "-q", "tests/unit/test_lanes.py"], cwd=root, capture_output=True, text=True, timeout=120,
                           env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+class _Worker:
+    def __init__(self, name):
+        self.name, self.sent = name, []
+
+    def send_runtest_some(self, indexes):
+        self.sent.append(indexes)
+
+
+def test_a_module_of_alone_starts_only_once_every_other_worker_has_no_test_left():
+    from lanes import ALONE
+
+    option = SimpleNamespace(dist="loadscope", loadscopereorder=True, tx=["2*popen"])
+    config = SimpleNamespace(getvalue=lambda name: getattr(option, name), option=option)
+    scheduler = lane_scheduler(config, log=None)
+    ray, a, b = f"{ALONE[0]}::t", "tests/integration/test_x.py::a", "tests/integration/test_x.py::b"
+    collection = [ray, a, b]
+    one, two = _Worker("one"), _Worker("two")
+    scheduler.registered_collections = {one: collection, two: collection}
+    scheduler.assigned_work = {one: {}, two: {}}
+    for nodeid in collection:  # the order the suite's sort gives: the Ray test first
+        scheduler.workqueue[scheduler._split_scope(nodeid)] = {nodeid: False}
+    scheduler._assign_work_unit(one)
+    scheduler._assign_work_unit(two)
+    assert one.sent == [[1]] and two.sent == [[2]]  # the others go first, in order
+    scheduler.assigned_work[one][a][a] = True  # one is done, two still runs b
+    scheduler._assign_work_unit(one)
+    assert one.sent == [[1]] and ray in scheduler.workqueue  # held back
+    scheduler.assigned_work[two][b][b] = True
+    scheduler._assign_work_unit(two)  # the last to finish takes it
+    assert two.sent == [[2], [0]] and not scheduler.workqueue
