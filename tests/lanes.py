@@ -119,15 +119,28 @@ def lane_scheduler(config, log):
             return work_unit(nodeid)
 
         def _assign_work_unit(self, node) -> None:
-            """The next unit in order, but a unit of ALONE only once no other worker has a test
-            left (this worker's running one finishes before it starts)."""
+            """The next unit in order, but a unit of ALONE only to the last worker left. An xdist
+            worker holds its last test until it gets another or is shut down (pytest runs a
+            test knowing the next), so once only ALONE units remain the others are shut down
+            as their work runs out (each then runs its last test and leaves), and the last one
+            left takes them (remove_node)."""
             shared = next((unit for unit in self.workqueue if not runs_alone(unit)), None)
             if shared is None:
-                if any(self._pending_of(work) for other, work in self.assigned_work.items() if other is not node):
-                    return  # the last worker to finish takes it
+                others = [other for other in self.assigned_work if other is not node]
+                for other in others:
+                    if not other.shutting_down and self._pending_of(self.assigned_work[other]) <= 1:
+                        other.shutdown()
+                if others:
+                    return
             else:
                 self.workqueue.move_to_end(shared, last=False)
             super()._assign_work_unit(node)
+
+        def remove_node(self, node):
+            crashed = super().remove_node(node)
+            if len(self.assigned_work) == 1 and self.workqueue:  # the last worker left: ALONE's turn
+                self._assign_work_unit(next(iter(self.assigned_work)))
+            return crashed
 
     config.option.loadscopereorder = False  # the collection's order, not xdist's count of tests
     return LaneScheduling(config, log)

@@ -55,31 +55,38 @@ def test_the_suite_runs_without_xdist_too():
 
 class _Worker:
     def __init__(self, name):
-        self.name, self.sent = name, []
+        self.name, self.sent, self.shutting_down = name, [], False
 
     def send_runtest_some(self, indexes):
         self.sent.append(indexes)
 
+    def shutdown(self):
+        self.shutting_down = True
 
-def test_a_module_of_alone_starts_only_once_every_other_worker_has_no_test_left():
+
+def test_a_module_of_alone_runs_on_the_last_worker_left_once_the_others_have_left():
+    """xdist workers hold their last test until more comes or they are shut down: once only
+    ALONE units are queued, a worker out of work shuts the others down as their work runs out,
+    and the last one left gets the ALONE unit when the others have gone."""
     from lanes import ALONE
 
     option = SimpleNamespace(dist="loadscope", loadscopereorder=True, tx=["2*popen"])
     config = SimpleNamespace(getvalue=lambda name: getattr(option, name), option=option)
     scheduler = lane_scheduler(config, log=None)
-    ray, a, b = f"{ALONE[0]}::t", "tests/integration/test_x.py::a", "tests/integration/test_x.py::b"
-    collection = [ray, a, b]
+    ray, a, b, c = (f"{ALONE[0]}::t", "tests/integration/test_x.py::a", "tests/integration/test_x.py::b",
+                    "tests/integration/test_x.py::c")
+    collection = [ray, a, b, c]
     one, two = _Worker("one"), _Worker("two")
     scheduler.registered_collections = {one: collection, two: collection}
     scheduler.assigned_work = {one: {}, two: {}}
     for nodeid in collection:  # the order the suite's sort gives: the Ray test first
         scheduler.workqueue[scheduler._split_scope(nodeid)] = {nodeid: False}
+    for worker in (one, two, one):
+        scheduler._assign_work_unit(worker)
+    assert one.sent == [[1], [3]] and two.sent == [[2]]  # the others go first, in order
+    scheduler.assigned_work[one][a][a] = True  # one runs c, two holds b
     scheduler._assign_work_unit(one)
-    scheduler._assign_work_unit(two)
-    assert one.sent == [[1]] and two.sent == [[2]]  # the others go first, in order
-    scheduler.assigned_work[one][a][a] = True  # one is done, two still runs b
-    scheduler._assign_work_unit(one)
-    assert one.sent == [[1]] and ray in scheduler.workqueue  # held back
-    scheduler.assigned_work[two][b][b] = True
-    scheduler._assign_work_unit(two)  # the last to finish takes it
-    assert two.sent == [[2], [0]] and not scheduler.workqueue
+    assert two.shutting_down and not one.shutting_down and ray in scheduler.workqueue
+    scheduler.assigned_work[two][b][b] = True  # two ran its last test and left
+    assert scheduler.remove_node(two) is None
+    assert one.sent == [[1], [3], [0]] and not scheduler.workqueue  # after c, on the last worker
