@@ -1,14 +1,13 @@
 """A Ray node in a TonY-py task: `python -m tony_py.frameworks.ray_node` with the job's own
 interpreter (frameworks.launch puts it in place of the task's command).
 
-Head: reserve the node's ports, run `ray start --head --block` (through ray_start, which lets
-a raylet take REGISTER_WAIT_S to register instead of Ray's fixed 30 s, too short for a busy
-host; again, on the same ports, when it failed within EARLY_FAILURE_S), publish the dashboard's
-address once the head's node is up (the task's callback file: the AM page links it, and the AM
-then starts the workers), wait until every worker node has joined (bounded: the error names the
-ones that did not), run the task's command as the Ray driver with RAY_ADDRESS, stop the node,
-and exit with the driver's exit code. Worker: reserve the ports and run `ray start --address
-<head> --block` until the AM stops the task (run_worker).
+Head: reserve the node's ports, run `ray start --head --block` (again, on the same ports, when
+it failed within EARLY_FAILURE_S: Ray's fixed 30 s for a raylet to register is too short for a
+busy host), publish the dashboard's address once the head's node is up (the task's callback
+file: the AM page links it, and the AM then starts the workers), wait until every worker node
+has joined (bounded: the error names the ones that did not), run the task's command as the Ray
+driver with RAY_ADDRESS, stop the node, and exit with the driver's exit code. Worker: reserve
+the ports and run `ray start --address <head> --block` until the AM stops the task (run_worker).
 
 `ray stop` would stop every Ray node of the user on the host, other jobs' included; instead this
 process is a child subreaper, so every process the node starts stays below it (Ray's agents
@@ -30,18 +29,14 @@ import tempfile
 import time
 
 from tony_py.frameworks import ray as plan
-from tony_py.frameworks import ray_start
 from tony_py.frameworks.ray_procs import become_subreaper, descendants, dies_with, kill_descendants  # noqa: F401
 from tony_py.task import write_error
 
 JOIN_TIMEOUT = "TONY_RAY_JOIN_TIMEOUT_S"
 AGENT_TIMEOUT_MS = 120_000
-REGISTER_WAIT_S = 120  # a node's raylet registering with the GCS (ray_start)
 DEFAULT_JOIN_TIMEOUT_S = 300.0
 START_ATTEMPTS = 6  # the head's (a worker's starts are bounded by the join timeout: run_worker)
-# a `ray start` that ends sooner failed to start the node (its raylet's registration wait, and
-# the minute its processes may take to start on a busy host before it)
-EARLY_FAILURE_S = REGISTER_WAIT_S + 60.0
+EARLY_FAILURE_S = 90.0  # a `ray start` that ends sooner failed to start the node
 STOP_GRACE_S = 0.5  # the executor's SIGKILL follows its SIGTERM after 2 s
 HEAD_UP_FILE = "tony-ray-head-up"  # in the head task's dir: the waiter got in as a driver
 HEAD_UP_ENV = "TONY_RAY_HEAD_UP_FILE"  # (the waiter's path to it)
@@ -129,13 +124,11 @@ class Node:
         # A raylet waits 30 s for its agents (Python processes) to come up, and gives up the
         # node after that: too short on a node busy with other containers' work.
         ray_env.setdefault("RAY_agent_register_timeout_ms", str(AGENT_TIMEOUT_MS))
-        # and `ray start` waits that long for its raylet to register (ray_start: Ray's own is 30 s)
-        ray_env.setdefault(ray_start.WAIT_ENV, str(REGISTER_WAIT_S))
         log(f"starting Ray's {self.role} node {self.env[plan.NODE_NAME]} at {self.env[plan.NODE_ADDRESS]}")
         for s in socks.values():  # released just before Ray binds them
             s.close()
-        self.proc = subprocess.Popen([sys.executable, "-m", "tony_py.frameworks.ray_start", "start", *args],
-                                     env=ray_env, preexec_fn=dies_with(os.getpid()))
+        self.proc = subprocess.Popen([sys.executable, "-m", "ray.scripts.scripts", "start", *args], env=ray_env,
+                                     preexec_fn=dies_with(os.getpid()))
 
     def stop(self) -> None:
         """Stop the node: `ray start` first (its node's processes die with it), then whatever
@@ -190,8 +183,8 @@ def run_head(node: Node) -> int:
                 waiter = None
             code = exit_status(node.proc.returncode)
             if time.monotonic() - started < EARLY_FAILURE_S and attempt < START_ATTEMPTS:
-                # a raylet that did not register within REGISTER_WAIT_S (bench/ray_start.py:
-                # Ray's own 30 s was missed on a busy host); the next start may make it
+                # Ray gives a node's raylet a fixed 30 s to register with the GCS, which a busy
+                # host can miss (bench/ray_start.py); the next start usually makes it
                 log(f"Ray's head node failed to start (exit code {code}) after {time.monotonic() - started:.0f} s; "
                     f"trying again ({attempt + 1} of {START_ATTEMPTS})")
                 node.stop()
@@ -250,8 +243,8 @@ def run_worker(node: Node, join_timeout_s: float) -> int:
     A node that ends while the head's GCS still answers failed. One that failed to start (within
     EARLY_FAILURE_S) is started again until the join timeout has passed since this task's first
     start: Ray gives a node fixed windows to come up (a raylet gave up on its dashboard agent's
-    port after 17 s here; `ray start` waited 30 s for the raylet to register, REGISTER_WAIT_S
-    now), which a loaded host can miss start after start (five in a row here), and the head, which began waiting
+    port after 17 s here, and `ray start` waits 30 s for the raylet to register), which a loaded
+    host can miss start after start (five in a row here), and the head, which began waiting
     before any worker could start, has by then failed the job naming the nodes that did not
     join. A cap of six starts instead made the worker's own exit 1 the job's verdict (CI, 292 s
     into a loaded run). A node that fails later ends the task with its exit code, for the job to
