@@ -199,8 +199,12 @@ def test_lost_nodemanager_job_finishes_on_the_other_node(cluster, probe_args, tm
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
 def test_am_killed_attempt_2_finishes_the_job(how, cluster, probe_args, tmp_path):
+    # The executors' lease must outlast YARN's start of the next attempt, or they stop their tasks
+    # and the attempt starts them over (correct, not this test): the default 10 s did not on a
+    # CI run's loaded 2 cores (worker:0 and :1 ran twice); 20 s was measured at load 19
+    # (secure/test_token_lifetime.py), so 60 s.
     job = Background(cluster, probe_args("tony.worker.instances=2", "tony.worker.memory=512m",
-                                         params="--sleep *:20 --progress"))
+                                         "tony.task.executor.lease-sec=60", params="--sleep *:20 --progress"))
     # kill it once the snapshot a new attempt reads shows the running tasks (an AM that dies
     # before that is replaced by one that starts the gang over, also correct but not this test)
     wait_for(lambda: (tasks_running(cluster, job) or {}).get("snapshot_current"), 120,

@@ -73,9 +73,18 @@ def test_the_first_token_to_die_counts_and_a_max_date_before_the_renew_expiry():
     held = [token(95 * S, 90 * S, "ha-hdfs:ns1"), token(80 * S, 90 * S, "hdfs://other:8020")]
     assert tokens.certain_until_ms(held, 30 * S) == 110 * S
     assert tokens.next_set_in_s(now, 30 * S, held) == 5
-    near_max = [token(0, 104 * S)]  # an interval longer than what is left to its max date
-    assert tokens.certain_until_ms(near_max, DAY) == 104 * S
+    near_max = [token(0, 164 * S)]  # an interval longer than what is left to its max date
+    assert tokens.certain_until_ms(near_max, DAY) == 104 * S  # hdfs-native's margin before it
     assert tokens.next_set_in_s(now, DAY, near_max) == 2
+
+
+def test_a_set_is_replaced_before_hdfs_native_stops_using_it():
+    """hdfs-native skips a token with less than 60 s to its max date: the set that a task's
+    hdfs:// client would drop counts as dead then, however long its renewal interval."""
+    issued = 0
+    held = [token(issued, 120 * S)]
+    assert tokens.certain_until_ms(held, 300 * S) == 60 * S
+    assert tokens.next_set_in_s(20 * S, 300 * S, held) == 20  # half of the 40 s left
 
 
 def test_past_due_is_at_once_and_no_tokens_is_half_an_interval():

@@ -116,6 +116,9 @@ RENEW_AT = 0.5  # of the time from now until the first token of the set in hand 
 START_WAIT_S = 10.0  # the first attempt's probe and listener wait out the job's start, unless a set is due sooner
 RETRY_S = 10.0  # a failed try for a new set, the probe or the listener is tried again this much later
 MIN_GAP_S = 5.0  # between two sets: a clock ahead of the NameNode's by an interval would ask without end
+# hdfs-native (a task's hdfs:// URLs) ignores a token whose max date is less than 60 s away
+# (rust/src/security/user.rs) and falls back to Kerberos, which a container has no ticket for
+CLIENT_MARGIN_MS = 60_000
 LISTEN_TRIES = 3
 
 
@@ -123,13 +126,14 @@ def certain_until_ms(tokens: list[dict], interval_ms: int) -> int | None:
     """When the first of the tokens in hand may die, on the NameNode's clock (None: no tokens).
 
     Each is counted alive until its first renew-expiry, its issue date plus the renewal
-    interval, and never past its max date: no renewal of it is counted on. The RM renews the
+    interval, and never past its max date less CLIENT_MARGIN_MS (from then on a task's hdfs://
+    client no longer uses it): no renewal of it is counted on. The RM renews the
     submitted tokens, but stops before their max date (YARN-2704: once less than
     valid-time-remaining is left, with yarn.resourcemanager.proxy-user-privileges.enabled), and
     nobody renews the sets the AM asks for (their renewer is the RM, which never sees them)."""
     if not tokens:
         return None
-    return min(min(t["issued_ms"] + interval_ms, t["max_ms"]) for t in tokens)
+    return min(min(t["issued_ms"] + interval_ms, t["max_ms"] - CLIENT_MARGIN_MS) for t in tokens)
 
 
 def next_set_in_s(now_ms: int, interval_ms: int, tokens: list[dict]) -> float:

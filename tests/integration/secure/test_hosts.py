@@ -4,7 +4,7 @@ container with its own host name, the KDC one of its own, every host has its own
 Users submit from this machine, by keytab and by ticket cache; tasks on the other hosts read and
 write HDFS with their delegation tokens only, through a JVM and through tony_py.hdfs (hdfs-native,
 by hdfs:/// URLs, which name the NameNode by host), also past their first tokens' end (the
-lifetimes are the one-host secure cluster's: 30 s, 90 s), and a worker whose host is killed
+lifetimes are the one-host secure cluster's: 30 s, 120 s), and a worker whose host is killed
 resumes on the other from its checkpoint on HDFS; the web UIs, reached by host name, want SPNEGO.
 
 Brought up once for this module by the same launcher users run; it needs a Docker engine (the

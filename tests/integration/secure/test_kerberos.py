@@ -129,7 +129,7 @@ def test_a_schedulers_token_file_alone_submits_and_its_tokens_outlive_the_job(cl
     assert "warning" not in run.stderr, run.stderr  # history compacted with the same tokens afterwards
     # The scheduler's tokens still work after the job (the RM did not cancel them at its end): a
     # client with that file and no ticket reads alice's input and asks the RM about the job. (Not a
-    # second job: two of them on one token file could outlast its 90 s max lifetime on 2 loaded cores.)
+    # second job: two of them on one token file could outlast its 120 s max lifetime on 2 loaded cores.)
     after = cluster.gateway(**no_ticket)
     try:
         assert after.call("read input", after.fs.readText, f"{base}/input.txt") == "forty-two\n"
