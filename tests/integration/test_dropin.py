@@ -77,7 +77,7 @@ def test_tonys_readme_command_line_trains_the_tensorflow_example(driver, cluster
         "-shell_env", "LD_LIBRARY_PATH=/usr/lib/jvm", timeout=480)
     assert rc == 0, out[-3000:] + err[-3000:]
     assert cluster.app(app_id)["finalStatus"] == "SUCCEEDED"
-    assert (tmp_path / "ckpt" / "digits.index").exists()
+    assert list((tmp_path / "ckpt").glob("*-attempt-0/step-800/digits.index"))
 
 
 @pytest.mark.parametrize("mode,client_loader", [("hadoop-jar", False), ("hadoop-jar", True), ("hadoop-jar-bare", False)])

@@ -182,7 +182,7 @@ def test_lost_nodemanager_job_finishes_on_the_other_node(cluster, probe_args, tm
     assert filler.wait(timeout=60).rc == 130
     # the node dies once there is a checkpoint to resume from (a loaded machine can take longer to
     # finish the first epoch than the filler takes to end)
-    wait_for(lambda: (tmp_path / "ckpt" / "digits.pt").exists(), 120, "the first checkpoint")
+    wait_for(lambda: list((tmp_path / "ckpt").glob("*-attempt-0/step-*/state.pt")), 120, "the first checkpoint")
 
     nodemanager2_back.kill_daemon("nodemanager2")
     run = job.wait(timeout=300)

@@ -79,7 +79,7 @@ def test_tensorflow_example_trains_with_principal_and_keytab_and_no_ticket(clust
                env={"KRB5CCNAME": f"FILE:{tmp_path / 'no-ticket'}"}, timeout=480)
     assert run.rc == 0, run.output[-3000:]
     assert cluster.app(run.app_id)["user"] == "alice"
-    assert (tmp_path / "ckpt" / "digits.index").exists()
+    assert list((tmp_path / "ckpt").glob("*-attempt-0/step-100/digits.index"))
 
 
 def test_python_api_with_principal_and_keytab(cluster, probe_args, tmp_path, monkeypatch):
