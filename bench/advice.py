@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from tony_py.cluster.processes import LocalCluster  # noqa: E402
 from tony_py.config.values import parse_memory_mb  # noqa: E402
 
-EXAMPLES = {  # (src_dir, script, tony.xml), as tests/integration/test_examples.py runs them
+EXAMPLES = {  # (src_dir, script, tony.xml), as tests/integration/test_training_on_hdfs.py runs them (local data)
     "tf_multi_worker": ("examples/tensorflow", "multi_worker.py", "examples/tensorflow/multi_worker.xml"),
     "tf_parameter_server": ("examples/tensorflow", "parameter_server.py", "examples/tensorflow/parameter_server.xml"),
     "pytorch_ddp": ("examples/pytorch_ddp", "train.py", "examples/pytorch_ddp/tony.xml"),

@@ -2,8 +2,9 @@
 cluster and on the 3-host Docker cluster (JSON on stdout).
 
 The job is the fault tests' (tests/integration/jobs/stepper.py: three PyTorch-mode workers that
-checkpoint every 0.2 s step, each step signed with the process that took it). The chaos run
-strikes, each once every worker has passed the next fifth of its steps:
+take 0.2 s steps and checkpoint to the cluster's HDFS every 5th, as the fault tests do, each step
+signed with the process that took it; only the step log is in a directory the bench reads). The
+chaos run strikes, each once every worker has passed the next fifth of its steps:
 
   user_kill        kill -9 of a worker's training process (its executor reports the exit)
   executor_kill    kill -9 of a worker's executor (its NodeManager sees the container end)
@@ -19,7 +20,7 @@ and reports, next to the fault-free run of the same job on the same cluster:
                        the longest pause of any task after it); detected_s where the AM decides
   split_brain          pairs of live copies of one task that both decided to write (must be 0),
                        over every step of the run
-  steps_redone         steps taken twice (each step is checkpointed: lost work)
+  steps_redone         steps taken twice (lost work: a restarted copy redoes what followed its last checkpoint)
   restarts, am_attempts
 
 Usage: bench/chaos.py [--clusters process,docker] [--steps 500]   (starts and stops its own
@@ -42,7 +43,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
 
-from support import JOBS, Background, Cluster, am_processes, executor_pid, history_of, wait_for  # noqa: E402
+from multihost.faultjob import CKPT_EVERY, CKPT_ROOT  # noqa: E402
+from support import JOBS, PYTHON, Background, Cluster, am_processes, executor_pid, history_of, wait_for  # noqa: E402
 
 sys.path.insert(0, str(JOBS))
 from stepper import read_steps, split_brain, writers  # noqa: E402
@@ -80,12 +82,13 @@ class Processes:
 class StepperRun:
     def __init__(self, cluster: Cluster, shared: Path, name: str, steps: int):
         self.cluster, self.steps_total = cluster, steps
-        self.dir = shared / name
-        python = "/usr/bin/python3" if cluster.launcher is not None else sys.executable
+        self.dir = shared / name  # the step log
+        ckpt = f"hdfs://{CKPT_ROOT}/chaos-{cluster.kind}-{name}-{int(time.time())}"
         self.started = time.time()
-        self.job = Background(cluster, [
-            "--src_dir", str(JOBS), "--executes", "stepper.py", "--python_binary_path", python,
-            "--task_params", f"--dir {self.dir} --steps {steps} --step-time 0.2",
+        self.job = Background(cluster, [  # the test venv's Python (every node has it): the tasks need hdfs-native
+            "--src_dir", str(JOBS), "--executes", "stepper.py", "--python_binary_path", PYTHON,
+            "--task_params", f"--dir {self.dir} --ckpt-dir {ckpt} --ckpt-every {CKPT_EVERY} --steps {steps} "
+                             "--step-time 0.2",
             "--conf", "tony.application.framework=pytorch", "--conf", f"tony.worker.instances={WORKERS}",
             "--conf", "tony.worker.memory=512m", "--conf", "tony.am.memory=512m",
             "--conf", "tony.am.retry-count=5", "--conf", "tony.am.max-attempts=2"])
@@ -186,6 +189,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=500, help="steps per worker (0.2 s each)")
     opts = parser.parse_args()
     results = {"benchmark": "chaos", "cpu_count": os.cpu_count(), "steps": opts.steps, "workers": WORKERS,
+               "checkpoint": f"HDFS, every {CKPT_EVERY} steps",
                "faults": list(FAULTS), "clusters": {}}
     ok = True
     for kind in [k for k in opts.clusters.split(",") if k]:

@@ -2,9 +2,9 @@
 YARN itself needs to call a node or an AM lost on the same cluster.
 
 Each scenario runs the fault tests' job (tests/integration/multihost/faultjob.py: three workers
-of jobs/stepper.py that checkpoint every step into the cluster's shared directory, each step
-signed with the process that took it) on a 3-NodeManager Docker cluster, strikes a worker's node
-(or the AM's, or the DataNode) in mid-training, undoes the fault, and reads every step written:
+of jobs/stepper.py that take 0.2 s steps and checkpoint to HDFS every CKPT_EVERY steps, each
+step signed with the process that took it) on a 3-NodeManager Docker cluster, strikes a worker's
+node (or the AM's, or the DataNode) in mid-training, undoes the fault, and reads every step written:
 
   detected_s          the fault until the AM decided to restart the gang (or, when the AM's node
                       was struck, until the next AM attempt took the job over)
@@ -12,13 +12,16 @@ signed with the process that took it) on a 3-NodeManager Docker cluster, strikes
   longest_stall_s     the longest pause between two steps of any task after the fault
   cut_off_stopped_s   the fault until the last step of a copy the fault cut off (fencing: at most
                       the executor's lease, 10 s by default, for the node's own copies)
-  steps_redone        steps taken twice (lost work: each step is checkpointed)
+  steps_redone        steps taken twice (lost work: a restarted copy redoes what followed its last
+                      checkpoint, fewer than CKPT_EVERY steps per task)
   restarts            gang restarts spent, from either budget
   infra_restarts      of those, the infrastructure's (tony.application.max-infrastructure-restarts:
                       YARN reported the containers lost, or they ended while no AM ran)
   split_brain         pairs of live copies of one task that both decided to write (must be 0)
   late_landings       writes an older copy decided before its successor started, landing after
                       (in flight when a node froze; the stepper's checkpoint is fenced by attempt)
+  packets_dropped     (packet loss) what the node's DROP rules dropped, per direction: a loss
+                      that dropped nothing fails the scenario instead of measuring nothing
 
 The baseline is YARN's own verdict on the same cluster: its NodeManager expiry (30 s here, 10 min
 by default) and AM expiry (15 s here), and, for the killed node, when the ResourceManager actually
@@ -42,7 +45,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "integration")]
 
-from multihost.faultjob import LEASE_S, StepperJob, am_address, host_of, resumed_at  # noqa: E402
+from multihost.faultjob import CKPT_EVERY, LEASE_S, StepperJob, am_address, host_of, resumed_at  # noqa: E402
 from stepper import late_landings, split_brain, writers  # noqa: E402
 from support import Cluster, wait_for  # noqa: E402
 from tony_py.cluster.docker import DockerCluster  # noqa: E402
@@ -93,6 +96,14 @@ def scenarios(cluster: Cluster, faults: Faults) -> list[Scenario]:
         faults.lose_packets(daemon, 0.30)
         return daemon, set()
 
+    def lossy_undo(job, daemon, fault_at):
+        time.sleep(max(0.0, fault_at + 20 - time.time()))
+        dropped = faults.dropped(daemon)  # (before the flush takes the rules and their counters)
+        faults.uncut(daemon)
+        if not (dropped["INPUT"] and dropped["OUTPUT"]):
+            raise RuntimeError(f"30 % loss on {daemon} dropped no packet one way: {dropped}")
+        return {"packets_dropped": dropped}
+
     def datanode(job):
         faults.partition("datanode")
         return "datanode", set()
@@ -110,7 +121,7 @@ def scenarios(cluster: Cluster, faults: Faults) -> list[Scenario]:
         Scenario("am_node_partitioned", am_node, lambda j, d, t: faults.heal(d), steps=200),
         Scenario("node_cut_from_rm_and_nn", from_masters, lambda j, d, t: faults.uncut(d), steps=250),
         Scenario("am_port_dropped_on_a_node", am_port, lambda j, d, t: faults.uncut(d)),
-        Scenario("packet_loss_30pct", lossy, after(20, faults.uncut), restarts=0, steps=120, wait_resume=False),
+        Scenario("packet_loss_30pct", lossy, lossy_undo, restarts=0, steps=120, wait_resume=False),
         Scenario("datanode_partitioned_20s", datanode, after(20, faults.heal), restarts=0, steps=200,
                  wait_resume=False),
     ]
@@ -163,14 +174,15 @@ def run_one(cluster: Cluster, faults: Faults, scenario: Scenario) -> dict:
     job.wait_training()
     fault_at = time.time()
     daemon, cut_hosts = scenario.strike(job)
-    watch = NodeLostWatch(cluster, host_of(cluster, daemon), fault_at) if scenario.name == "worker_node_killed" else None
+    watch = NodeLostWatch(cluster, host_of(cluster, daemon), fault_at) \
+        if scenario.name == "worker_node_killed" else None
     try:
         if scenario.wait_resume:
             wait_for(lambda: len({w.task for ws in writers(job.steps()).values() for w in ws if w.first > fault_at})
                      == job.workers, 240, "every task to step again")
         if watch:  # a killed node comes back only once YARN called it lost (or gave up waiting)
             wait_for(lambda: watch.at or time.time() > fault_at + 120, 130, "YARN to call the node lost")
-        scenario.undo(job, daemon, fault_at)
+        extra = scenario.undo(job, daemon, fault_at) or {}
         run = job.finish(timeout=400)
     finally:
         if faults.damage():
@@ -196,6 +208,7 @@ def run_one(cluster: Cluster, faults: Faults, scenario: Scenario) -> dict:
         "split_brain": len(split_brain(steps)),
         "late_landings": len(late_landings(steps)),
         "app_id": job.app_id,
+        **extra,
     }
     if watch:
         out["yarn_node_lost_s"] = round(watch.at - fault_at, 2) if watch.at else None
@@ -228,9 +241,10 @@ def main() -> int:
                       Path(opts.workdir), state.nodemanagers, launcher=launcher)
     timers = launcher.status()["yarn_timers_ms"]
     results = {"benchmark": "faults", "cpu_count": os.cpu_count(),
-               "job": "jobs/stepper.py, 3 workers, a checkpoint every 0.2 s step",
+               "job": f"jobs/stepper.py, 3 workers, 0.2 s steps, a checkpoint to HDFS every {CKPT_EVERY} steps",
                "lease_s": LEASE_S,
-               "baseline_yarn": {"nm_expiry_s": timers["nm_expiry_ms"] / 1000, "am_expiry_s": timers["am_expiry_ms"] / 1000,
+               "baseline_yarn": {"nm_expiry_s": timers["nm_expiry_ms"] / 1000,
+                                 "am_expiry_s": timers["am_expiry_ms"] / 1000,
                                  "nm_expiry_default_s": 600, "am_expiry_default_s": 600},
                "scenarios": {}}
     wanted = {n for n in opts.only.split(",") if n}

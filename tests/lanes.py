@@ -52,7 +52,7 @@ EXPECTED_S: dict[str, float] = {
     "tests/integration/test_observability.py::test_history_logs_and_portal_after_a_failed_job": 21,
     "tests/integration/test_notebook.py::test_notebook_in_a_container_through_the_relay_then_ctrl_c_kills_it": 21,
     "tests/integration/test_airflow.py::test_a_deferred_dag_run_succeeds_and_pushes_app_id_and_status": 19,
-    "tests/integration/test_examples.py::test_example_trains_to_90_percent": 17,
+    "tests/integration/test_training_on_hdfs.py::test_each_example_trains_from_hdfs_data_and_commits_its_checkpoint_there": 17,
     "tests/integration/test_preemption.py::test_a_preempted_task_is_warned_checkpoints_and_resumes_without_spending_a_retry": 17,
     "tests/integration/test_airflow.py::test_a_failed_dag_run_logs_the_root_cause_and_is_not_retried": 17,
     "tests/integration/test_torchrun.py::test_two_tasks_of_two_torchrun_processes_train_with_ddp": 17,

@@ -35,6 +35,7 @@ import functools
 import os
 import re
 import sys
+from typing import Iterator
 
 PROTOCOLS = ("hdfs", "viewfs")
 _JAVA_EXCEPTION = re.compile(r'RPCError\("([\w.$]+)", "([^"\n\\]*)')
@@ -184,6 +185,22 @@ class SequentialReads:
         return parts or [b""]
 
 
+_WRITE_COPY = 8 << 20  # the most of a non-bytes buffer copied into bytes at once (bytes_pieces)
+
+
+def bytes_pieces(buf) -> Iterator[bytes]:
+    """What the writer hands hdfs-native for buf: bytes as they are; any other buffer (torch.save
+    writes memoryviews of its tensors) as bytes copies of at most _WRITE_COPY each, because
+    hdfs-native takes bytes fast and other buffers 3-7x slower (a 64 MiB memoryview: 41 MB/s,
+    the same as bytes: 298 MB/s; a 1 GiB torch.save went from 63 to 192 MB/s)."""
+    if isinstance(buf, bytes):
+        yield buf
+        return
+    view = memoryview(buf).cast("B")
+    for at in range(0, len(view), _WRITE_COPY):
+        yield bytes(view[at:at + _WRITE_COPY])
+
+
 @functools.lru_cache(maxsize=None)
 def _classes():
     """The wrapped reader, writer and file systems (made once, on first use: hdfs-native loads then)."""
@@ -197,7 +214,7 @@ def _classes():
         _written = 0  # set per instance by the first write
 
         def write(self, buf) -> int:
-            n = super().write(buf)
+            n = sum(super(Writer, self).write(piece) for piece in bytes_pieces(buf))
             self._written += n
             return n
 

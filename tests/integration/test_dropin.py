@@ -42,7 +42,10 @@ def driver(cluster, bare_python, tmp_path):
             cmd = java + ["-cp", f"{cluster.conf_dir}:{lib}:{jar}", "com.linkedin.tony.cli.ClusterSubmitter", *args]
         else:  # `hadoop jar`, exactly as the hadoop script execs it: CLASSPATH env, conf dir first, RunJar
             env.update(CLASSPATH=f"{cluster.conf_dir}:{lib}", HADOOP_CONF_DIR=str(cluster.conf_dir))
-            cmd = java + ["-Dproc_jar", "-Djava.net.preferIPv4Stack=true", "-Dhadoop.root.logger=INFO,console",
+            # RunJar unpacks into java.io.tmpdir: this test's own, so that what it finds there is
+            # this driver's (another test's `hadoop jar` may run beside it)
+            (tmp_path / "jvm-tmp").mkdir(exist_ok=True)
+            cmd = java + [f"-Djava.io.tmpdir={tmp_path / 'jvm-tmp'}", "-Dproc_jar", "-Djava.net.preferIPv4Stack=true", "-Dhadoop.root.logger=INFO,console",
                           "org.apache.hadoop.util.RunJar", jar, *([] if mode == "hadoop-jar-bare" else
                                                                  ["com.linkedin.tony.cli.ClusterSubmitter"]), *args]
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -77,19 +80,24 @@ def test_tonys_readme_command_line_trains_the_tensorflow_example(driver, cluster
         "-shell_env", "LD_LIBRARY_PATH=/usr/lib/jvm", timeout=480)
     assert rc == 0, out[-3000:] + err[-3000:]
     assert cluster.app(app_id)["finalStatus"] == "SUCCEEDED"
-    assert (tmp_path / "ckpt" / "digits.index").exists()
+    assert list((tmp_path / "ckpt").glob("*-attempt-0/step-800/digits.index"))
 
 
 @pytest.mark.parametrize("mode,client_loader", [("hadoop-jar", False), ("hadoop-jar", True), ("hadoop-jar-bare", False)])
 def test_hadoop_jar(mode, client_loader, driver, cluster, tmp_path):
     extra = {"HADOOP_USE_CLIENT_CLASSLOADER": "true"} if client_loader else {}
-    unjar_before = set(Path("/tmp").glob("hadoop-unjar*"))
+    (tmp_path / "jvm-tmp").mkdir()
+    made_ns = (tmp_path / "jvm-tmp").stat().st_mtime_ns
     rc, out, err, app_id = driver(*probe_flags(tmp_path, "tony.worker.instances=1", "tony.worker.memory=512m"),
                                   mode=mode, extra_env=extra)
     assert rc == 0, out[-3000:] + err[-3000:]
     assert cluster.app(app_id)["finalStatus"] == "SUCCEEDED"
     assert list((tmp_path / "cache").glob("runtime-*/tony_py/submit.py"))  # the bundled client, unpacked once
-    assert set(Path("/tmp").glob("hadoop-unjar*")) <= unjar_before  # RunJar's copy is gone with the driver
+    # RunJar's copy was made there (the directory changed) and is gone with the driver
+    jvm_tmp = tmp_path / "jvm-tmp"
+    assert jvm_tmp.stat().st_mtime_ns > made_ns
+    unjarred = list(jvm_tmp.glob("hadoop-unjar*"))
+    assert unjarred == [], unjarred
 
 
 def test_dataproc_form_with_properties_and_the_job_tag(driver, cluster, tmp_path):

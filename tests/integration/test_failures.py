@@ -11,7 +11,7 @@ import signal
 import psutil
 import pytest
 
-from support import PYTHON, ROOT, Background, am_processes, probe_records, tasks_running, wait_for
+from support import PYTHON, ROOT, USER, Background, am_processes, probe_records, tasks_running, wait_for
 from tony_py.am.core.fencing import MARGIN_S
 from tony_py.cluster import LocalCluster
 
@@ -32,31 +32,63 @@ def pytorch_args(ckpt, *conf, epochs=12, epoch_sleep=1.0):
 
 
 # ---- gang restart -------------------------------------------------------------------------------
-def test_killed_worker_restarts_in_place_and_resumes_from_checkpoint(cluster, tmp_path):
-    job = Background(cluster, pytorch_args(tmp_path / "ckpt", "tony.am.retry-count=1"))
-    wait_for(lambda: tasks_running(cluster, job), 120, "both workers to run")
-    wait_for(lambda: "epoch 2 " in cluster.task_logs(job.app_id).get("worker:1", {}).get("attempt-0.stdout", ""),
-             120, "epoch 2 on worker:1")
-    containers_before = {t["name"]: t["container_id"] for t in cluster.am_status(job.app_id)["tasks"]}
-    os.kill(user_pid(cluster, job.app_id, "worker:1"), signal.SIGKILL)
-    run = job.wait(timeout=300)
-    assert run.rc == 0, run.output[-4000:]
+def hdfs_files(cluster, path) -> dict[str, dict]:
+    """{relative path: WebHDFS file status} of every file under `path` (read through WebHDFS, not
+    through the code under test)."""
+    out = {}
+    for name in cluster.hdfs_list(path):
+        status = cluster.hdfs_status(f"{path}/{name}")
+        if status["type"] == "DIRECTORY":
+            out.update({f"{name}/{k}": v for k, v in hdfs_files(cluster, f"{path}/{name}").items()})
+        else:
+            out[name] = status
+    return out
 
-    logs = cluster.task_logs(run.app_id)
-    for task in ("worker:0", "worker:1"):
-        assert "attempt-1.stdout" in logs[task], sorted(logs[task])  # restarted in its old container
-        assert logs[task]["executor.log"].count("registered") == 2
-    second = logs["worker:0"]["attempt-1.stdout"]
-    resumed = int(re.search(r"resumed from checkpoint: epoch (\d+), step (\d+)", second).group(1))
-    assert resumed >= 2  # the step counter continues instead of starting over
-    first_epoch_line = re.search(r"epoch (\d+) step (\d+)", second)
-    assert int(first_epoch_line.group(1)) == resumed and int(first_epoch_line.group(2)) > 0
-    assert "rank 0 of 2 (restart attempt 1)" in second
-    assert float(re.search(r"test accuracy: ([0-9.]+)", second).group(1)) >= 0.9
-    # same containers: the restart paid no YARN round trip
-    container_dirs = {p.name for p in cluster.container_dirs(run.app_id)}
-    assert set(containers_before.values()) <= container_dirs
-    assert len(container_dirs) == 3  # AM + 2 workers, nothing new
+
+def test_killed_worker_restarts_in_place_and_resumes_from_checkpoint(cluster, tmp_path):
+    """The PyTorch example checkpoints to HDFS (tony_py.checkpoint, as on a cluster where hosts
+    share no directory); worker:1 is killed; the gang restarts in its containers and resumes from
+    the last checkpoint committed on HDFS, the newer generation replacing the older's."""
+    ckpt = f"/user/{USER}/killed-worker-{tmp_path.name}"
+    job = Background(cluster, pytorch_args(f"hdfs://{ckpt}", "tony.am.retry-count=1"))
+    try:
+        wait_for(lambda: tasks_running(cluster, job), 120, "both workers to run")
+        first = wait_for(lambda: [f for f in hdfs_files(cluster, ckpt) if f.endswith("/state.pt")], 180,
+                         "the first checkpoint on HDFS")
+        containers_before = {t["name"]: t["container_id"] for t in cluster.am_status(job.app_id)["tasks"]}
+        os.kill(user_pid(cluster, job.app_id, "worker:1"), signal.SIGKILL)
+        run = job.wait(timeout=300)
+        assert run.rc == 0, run.output[-4000:]
+
+        logs = cluster.task_logs(run.app_id)
+        for task in ("worker:0", "worker:1"):
+            assert "attempt-1.stdout" in logs[task], sorted(logs[task])  # restarted in its old container
+            assert logs[task]["executor.log"].count("registered") == 2
+        before, second = logs["worker:0"]["attempt-0.stdout"], logs["worker:0"]["attempt-1.stdout"]
+        resumed = re.search(r"resumed from checkpoint: epoch (\d+), step (\d+) \(hdfs://(\S+)\)", second)
+        assert resumed, second
+        assert resumed.group(3).startswith(f"{ckpt}/{run.app_id}-attempt-0/step-"), resumed.group(3)
+        assert first[0].startswith(f"{run.app_id}-attempt-0/")
+        # at most the epoch in progress is done again: the replacement starts at the last epoch
+        # worker:0 finished (its checkpoint not yet committed) or the one after it
+        last_epoch = max(int(e) for e in re.findall(r"epoch (\d+) step \d+", before))
+        assert int(resumed.group(1)) >= last_epoch >= 0, (before, second)
+        first_epoch_line = re.search(r"epoch (\d+) step (\d+)", second)  # the step counter goes on
+        assert int(first_epoch_line.group(1)) == int(resumed.group(1)) and int(first_epoch_line.group(2)) > 0
+        assert "rank 0 of 2 (restart attempt 1)" in second
+        assert "rank 1 of 2 (restart attempt 1)" in logs["worker:1"]["attempt-1.stdout"]
+        assert float(re.search(r"test accuracy: ([0-9.]+)", second).group(1)) >= 0.9
+        # the newer generation's checkpoints replaced the older's; keep=2 of them, the job's user's
+        files = hdfs_files(cluster, ckpt)
+        assert {f.split("/")[0] for f in files} == {f"{run.app_id}-attempt-1"}, sorted(files)
+        assert len({f.split("/")[1] for f in files}) == 2, sorted(files)
+        assert {s["owner"] for s in files.values()} == {cluster.app(run.app_id)["user"]}
+        # same containers: the restart paid no YARN round trip
+        container_dirs = {p.name for p in cluster.container_dirs(run.app_id)}
+        assert set(containers_before.values()) <= container_dirs
+        assert len(container_dirs) == 3  # AM + 2 workers, nothing new
+    finally:
+        cluster.hdfs_delete(ckpt)
 
 
 def test_retry_count_is_respected(cluster, probe_args, tmp_path):
@@ -182,7 +214,7 @@ def test_lost_nodemanager_job_finishes_on_the_other_node(cluster, probe_args, tm
     assert filler.wait(timeout=60).rc == 130
     # the node dies once there is a checkpoint to resume from (a loaded machine can take longer to
     # finish the first epoch than the filler takes to end)
-    wait_for(lambda: (tmp_path / "ckpt" / "digits.pt").exists(), 120, "the first checkpoint")
+    wait_for(lambda: list((tmp_path / "ckpt").glob("*-attempt-0/step-*/state.pt")), 120, "the first checkpoint")
 
     nodemanager2_back.kill_daemon("nodemanager2")
     run = job.wait(timeout=300)

@@ -110,3 +110,19 @@ def test_a_stream_that_breaks_is_opened_again_from_where_the_reads_are():
     got = reader.read(len(DATA))
     assert got == DATA[PACKET:]
     assert [r[:2] for r in inner.requests] == [("stream", 0), ("stream", PACKET)]
+
+
+# ---- writes: what hdfs-native is handed --------------------------------------------------------
+def test_bytes_go_to_hdfs_native_as_they_are_and_other_buffers_as_bounded_bytes_copies():
+    from tony_py import hdfs
+
+    data = os.urandom(2 * hdfs._WRITE_COPY + 5)
+    assert [p is data for p in hdfs.bytes_pieces(data)] == [True]  # no copy of bytes
+    for buf in (memoryview(data), bytearray(data), memoryview(data).cast("B", (len(data),))):
+        pieces = list(hdfs.bytes_pieces(buf))
+        assert all(type(p) is bytes for p in pieces)
+        assert [len(p) for p in pieces] == [hdfs._WRITE_COPY, hdfs._WRITE_COPY, 5]
+        assert b"".join(pieces) == data
+    ints = memoryview(bytearray(data[:64])).cast("I")  # a typed buffer (a tensor's): its bytes
+    assert b"".join(hdfs.bytes_pieces(ints)) == data[:64]
+    assert list(hdfs.bytes_pieces(b"")) == [b""] and list(hdfs.bytes_pieces(bytearray())) == []

@@ -23,7 +23,8 @@ LAYERS = [
     {"tony_py", "errors", "paths", "timeline", "task", "appsecret", "auth", "net",
      "spnego",  # spnego: HTTP to the daemons' web UIs, with Kerberos where they ask
      "hadoop_support",  # which Hadoop releases TonY-py runs on
-     "hdfs"},  # hdfs:// for task code (hdfs-native, with what training code needs of it)
+     "hdfs",  # hdfs:// for task code (hdfs-native, with what training code needs of it)
+     "data", "checkpoint"},  # for task code: a task's shard of a Parquet dataset; fenced, atomic checkpoints
     {"config"},  # the job's configuration and spec
     {"job", "frameworks", "web", "bridge"},  # the job's records; env per framework; page style; the JVM
     {"history", "executor", "cluster", "advice"},  # advice: read by the AM (its page, history) and the client

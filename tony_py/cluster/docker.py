@@ -14,8 +14,8 @@ path it has here so every config and log path means the same inside and out:
   a job's Python must exist on every node, as on a real cluster with a shared install. Shipping
   the checkout's 3 GB environment as a zipped venv would cost minutes per job; users with no
   shared install pass --python_venv, which the process cluster tests;
-- on NodeManagers, <workdir>/shared, read-write: the cluster's shared file system (what NFS is
-  to a real cluster), where jobs of the tests keep checkpoints and records.
+- on NodeManagers, <workdir>/shared, read-write: where jobs of the tests leave what the test
+  reads (step logs, records); their checkpoints go to HDFS, as where no directory is shared.
 
 With `up --secure` a KDC container comes first, and every daemon's container also mounts the
 realm's krb5.conf (at its own path and at /etc/krb5.conf) and its own host's keytab at

@@ -1,22 +1,28 @@
 """A training stand-in for fault tests: each task takes numbered steps, checkpoints after every
-one and resumes from its checkpoint when restarted. Tasks do not talk to each other, so nothing
-but TonY-py's fencing keeps a stale copy of a task from stepping on beside its replacement (a
-collective training would stall instead and hide a split brain).
+one (or every --ckpt-every steps) and resumes from its checkpoint when restarted. Tasks do not
+talk to each other, so nothing but TonY-py's fencing keeps a stale copy of a task from stepping
+on beside its replacement (a collective training would stall instead and hide a split brain).
 
 Every step appends one line to <dir>/steps/<task>.jsonl saying who took it: the task, the step,
 the time it was written and the time its lease was checked, the container, the host, the pid and
-the gang attempt. The checkpoint is written (atomically) before the line, and only while the
+the gang attempt. A checkpoint is written (atomically) before its step's line, and only while the
 task holds its lease (tony_py.task.holds_lease): a process frozen with its node and thawed after
 the lease ran out must not decide to write, even in the instant before its executor kills it.
 A process frozen between that check and its write still lands the write after the thaw (no
 lease can stop what is past its check): so the checkpoint is fenced by the gang attempt, which
 grows with every copy of the task (TONY_RESTART_ATTEMPT) — each attempt writes a file of its
 own and a copy resumes from the highest — and a late write cannot overwrite a newer copy's.
+
+The checkpoints go to --ckpt-dir: a local directory (default <dir>/ckpt) or an hdfs:// or
+viewfs:// URL, written through tony_py.hdfs (hdfs-native, as the job's user), so a copy started
+on another host with no directory shared with the first finds them. A checkpoint that cannot be
+written (HDFS unreachable) is tried again, and its step is not taken until it is.
 With --until-file, a task that took its last step exits only once that file exists (a test
 that must see something happen while the job runs creates it after).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -28,7 +34,11 @@ def main():
     import tony_py.task
 
     p = argparse.ArgumentParser()
-    p.add_argument("--dir", required=True)
+    p.add_argument("--dir", required=True, help="where the step log goes (<dir>/steps)")
+    p.add_argument("--ckpt-dir", help="where the checkpoints go: a directory or an hdfs:// (viewfs://) URL "
+                                      "(default: <dir>/ckpt)")
+    p.add_argument("--ckpt-every", type=int, default=1, help="a checkpoint every this many steps (a restarted copy "
+                                                              "redoes fewer)")
     p.add_argument("--steps", type=int, default=100, help="the step at which each task is done")
     p.add_argument("--step-time", type=float, default=0.2)
     p.add_argument("--until-file", help="once done, exit only when this file exists: the job outlives what a test "
@@ -37,11 +47,10 @@ def main():
     me = f"{os.environ['JOB_NAME']}:{os.environ['TASK_INDEX']}"
     attempt = int(os.environ.get("TONY_RESTART_ATTEMPT", "0"))
     os.makedirs(f"{args.dir}/steps", exist_ok=True)
-    os.makedirs(f"{args.dir}/ckpt", exist_ok=True)
-    ckpt = f"{args.dir}/ckpt/{me}.{attempt}.json"  # fenced: the attempt is the token
+    ckpt = Checkpoint(args.ckpt_dir or f"{args.dir}/ckpt", checkpoint_name(me), attempt)
     who = {"task": me, "container": os.environ.get("CONTAINER_ID"), "host": os.environ.get("NM_HOST"),
            "pid": os.getpid(), "attempt": attempt}
-    step = resume(f"{args.dir}/ckpt", me)
+    step = resume(ckpt.url, ckpt.name)
     if step:
         print(f"resumed from checkpoint: step {step}", flush=True)
     log = os.open(f"{args.dir}/steps/{me}.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -52,30 +61,79 @@ def main():
             print(f"lease lost before step {step + 1}: not writing", flush=True)
             time.sleep(args.step_time)
             continue
+        try:
+            if (step + 1) % args.ckpt_every == 0 or step + 1 == args.steps:
+                ckpt.save(step + 1)
+        except Exception as exc:  # noqa: BLE001 - storage away (a DataNode cut off): the step waits for it
+            print(f"checkpoint of step {step + 1} not written, trying again: {exc}", flush=True)
+            continue
         step += 1
-        with open(ckpt + f".{os.getpid()}", "w") as f:
-            json.dump({"step": step}, f)
-        os.replace(ckpt + f".{os.getpid()}", ckpt)
         os.write(log, (json.dumps({**who, "step": step, "t": time.time(), "checked": checked}) + "\n").encode())
     print(f"done at step {step}", flush=True)
     while args.until_file and not os.path.exists(args.until_file):
         time.sleep(args.step_time)
 
 
-def resume(directory: str, task: str) -> int:
-    """The step in the checkpoint of the task's highest attempt (0: none yet)."""
-    best = None
-    for path in Path(directory).glob(f"{task}.*.json"):
+def checkpoint_name(task: str) -> str:
+    """A task's checkpoint file stem: HDFS refuses ':' in a path's names."""
+    return task.replace(":", "-")
+
+
+def storage(url: str):
+    """(the fsspec file system, the path in it) of a local directory or an hdfs:// / viewfs:// URL."""
+    import fsspec
+
+    if "://" in url:
+        import tony_py.hdfs  # noqa: F401 - hdfs:// and viewfs:// through hdfs-native, as the job's user
+    return fsspec.core.url_to_fs(url)
+
+
+class Checkpoint:
+    """A task's checkpoint, fenced by its attempt: <url>/<name>.<attempt>.json, one file per
+    attempt, each save all or nothing (a temporary file of its own, renamed over the last)."""
+
+    def __init__(self, url: str, name: str, attempt: int):
+        self.url, self.name, self.attempt = url.rstrip("/"), name, attempt
+        self.fs, self.dir = storage(self.url)
+        self.fs.makedirs(self.dir, exist_ok=True)
+        self.path = f"{self.dir}/{name}.{attempt}.json"
+
+    def save(self, step: int) -> None:
+        # a name per try: a write cut off mid-way leaves its file open under this process's
+        # HDFS lease, and HDFS refuses to create that name again while it is (a failed save of a
+        # step is tried again under a new name)
+        tmp = f"{self.dir}/.{self.name}.{self.attempt}.{os.getpid()}.{step}.{time.monotonic_ns()}.tmp"
         try:
-            attempt = int(path.name[len(task) + 1:-len(".json")])
+            with self.fs.open(tmp, "wb") as f:
+                f.write(json.dumps({"step": step}).encode())
+            self.fs.mv(tmp, self.path, overwrite=True)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.fs.rm(tmp)
+            raise
+
+
+def resume(url: str, name: str) -> int:
+    """The step in the checkpoint of the highest attempt of <url>/<name>.<attempt>.json (0: none yet)."""
+    fs, directory = storage(url)
+    try:
+        found = [entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(directory, detail=False)]
+    except FileNotFoundError:
+        return 0
+    best = None
+    for file in found:
+        if not (file.startswith(f"{name}.") and file.endswith(".json")):
+            continue
+        try:
+            attempt = int(file[len(name) + 1:-len(".json")])
         except ValueError:
             continue
         if best is None or attempt > best[0]:
-            best = (attempt, path)
+            best = (attempt, file)
     if best is None:
         return 0
-    with open(best[1]) as f:
-        return json.load(f)["step"]
+    with fs.open(f"{directory}/{best[1]}", "rb") as f:
+        return json.loads(f.read())["step"]
 
 
 # ---- reading what the steps say (the fault tests and bench/faults.py) -----------------------------

@@ -61,7 +61,7 @@ def test_pytorch_tasks_read_and_write_hdfs_with_their_tokens_only(cluster, tony,
 
 
 def test_pytorch_ddp_example_trains_with_a_ticket_cache(cluster, tony):
-    # What is under test is the ticket cache, not the accuracy (tests/integration/test_examples.py)
+    # What is under test is the ticket cache, not the accuracy (tests/integration/test_training_on_hdfs.py)
     run = tony("--src_dir", str(ROOT / "examples/pytorch_ddp"), "--executes", "train.py",
                "--python_binary_path", PYTHON, "--conf_file", str(ROOT / "examples/pytorch_ddp/tony.xml"),
                "--task_params", "--epochs 2 --min_accuracy 0", timeout=400)
@@ -79,7 +79,7 @@ def test_tensorflow_example_trains_with_principal_and_keytab_and_no_ticket(clust
                env={"KRB5CCNAME": f"FILE:{tmp_path / 'no-ticket'}"}, timeout=480)
     assert run.rc == 0, run.output[-3000:]
     assert cluster.app(run.app_id)["user"] == "alice"
-    assert (tmp_path / "ckpt" / "digits.index").exists()
+    assert list((tmp_path / "ckpt").glob("*-attempt-0/step-100/digits.index"))
 
 
 def test_python_api_with_principal_and_keytab(cluster, probe_args, tmp_path, monkeypatch):
