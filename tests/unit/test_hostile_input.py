@@ -8,8 +8,10 @@ import http.client
 import json
 import re
 import socket
+import subprocess
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -767,3 +769,19 @@ def test_horovods_rendezvous_listens_on_the_nodes_address_not_every_address(monk
         pass
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.2", port), timeout=10)
+
+
+def test_the_kernels_accept_queue_is_the_one_sized_for_the_gang_once_serving(tmp_path):
+    """asyncio's create_server listens again with its own backlog (100 unless given one): the
+    queue a 10,000-executor gang connects into is the server's, as `ss -ltn` shows it (Send-Q of
+    a listening socket: its backlog, capped by net.core.somaxconn)."""
+    srv = start_am(tmp_path, max_connections=3000)
+    try:
+        assert srv.http._serving.wait(10)
+        listening = subprocess.run(["ss", "-Hltn", f"sport = :{srv.port}"], capture_output=True, text=True,
+                                   check=True).stdout.split()
+        cap = int(Path("/proc/sys/net/core/somaxconn").read_text())
+        assert srv.http.backlog == 3000 and int(listening[2]) == min(3000, cap), listening
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -71,8 +71,9 @@ class HttpServer:
         self.max_body = max_body
         # the kernel's accept queue absorbs a whole gang connecting at once (no SYN retries); or a
         # socket bound already (the control endpoint's: its port is needed before this is imported)
-        self.sock = address if isinstance(address, socket.socket) else \
-            socket.create_server(address, backlog=max(128, min(max_connections, 4096)))
+        self.backlog = max(128, min(max_connections, 4096))
+        self.sock = address if isinstance(address, socket.socket) else socket.create_server(address,
+                                                                                            backlog=self.backlog)
         self.sock.setblocking(False)
         self.loop = asyncio.new_event_loop()
         self.connections: set[_Connection] = set()  # every open one, slot or not (the sweep's)
@@ -87,7 +88,9 @@ class HttpServer:
 
     def serve_forever(self) -> None:
         asyncio.set_event_loop(self.loop)
-        server = self.loop.run_until_complete(self.loop.create_server(lambda: _Connection(self), sock=self.sock))
+        # asyncio listens again with its own backlog (100 unless told): the queue is this one
+        server = self.loop.run_until_complete(self.loop.create_server(lambda: _Connection(self), sock=self.sock,
+                                                                      backlog=self.backlog))
         self.loop.call_soon(self._sweep)
         self._serving.set()
         try:
