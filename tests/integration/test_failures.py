@@ -10,6 +10,7 @@ import signal
 
 import psutil
 import pytest
+import requests
 
 from support import PYTHON, ROOT, USER, Background, am_processes, probe_records, tasks_running, wait_for
 from tony_py.am.core.fencing import MARGIN_S
@@ -53,8 +54,15 @@ def test_killed_worker_restarts_in_place_and_resumes_from_checkpoint(cluster, tm
     job = Background(cluster, pytorch_args(f"hdfs://{ckpt}", "tony.am.retry-count=1"))
     try:
         wait_for(lambda: tasks_running(cluster, job), 120, "both workers to run")
-        first = wait_for(lambda: [f for f in hdfs_files(cluster, ckpt) if f.endswith("/state.pt")], 180,
-                         "the first checkpoint on HDFS")
+        def committed() -> list[str]:
+            """The checkpoints committed so far (step-<S>/, not a _tmp-step-… being written)."""
+            try:
+                files = hdfs_files(cluster, ckpt)
+            except requests.RequestException:  # a NameNode slow to answer on loaded cores: look again
+                return []
+            return [f for f in files if re.fullmatch(r"[^/]+-attempt-0/step-\d+/state\.pt", f)]
+
+        first = wait_for(committed, 180, "the first checkpoint committed on HDFS")
         containers_before = {t["name"]: t["container_id"] for t in cluster.am_status(job.app_id)["tasks"]}
         os.kill(user_pid(cluster, job.app_id, "worker:1"), signal.SIGKILL)
         run = job.wait(timeout=300)
