@@ -120,6 +120,18 @@ class Cluster:
         return "".join(requests.get(f"{self.nn_web}/webhdfs/v1{path}/{name}", params={"op": "OPEN", "user.name": USER},
                                     timeout=10).text for name in self.hdfs_list(path))
 
+    def hdfs_tree(self, path: str) -> dict[str, dict]:
+        """{relative path: WebHDFS file status} of every file under `path` (read through WebHDFS,
+        not through the code under test)."""
+        out = {}
+        for name in self.hdfs_list(path):
+            status = self.hdfs_status(f"{path}/{name}")
+            if status["type"] == "DIRECTORY":
+                out.update({f"{name}/{k}": v for k, v in self.hdfs_tree(f"{path}/{name}").items()})
+            else:
+                out[name] = status
+        return out
+
     def hdfs_status(self, path: str) -> dict:
         return requests.get(f"{self.nn_web}/webhdfs/v1{path}", params={"op": "GETFILESTATUS", "user.name": USER},
                             timeout=5).json()["FileStatus"]

@@ -33,19 +33,6 @@ def pytorch_args(ckpt, *conf, epochs=12, epoch_sleep=1.0):
 
 
 # ---- gang restart -------------------------------------------------------------------------------
-def hdfs_files(cluster, path) -> dict[str, dict]:
-    """{relative path: WebHDFS file status} of every file under `path` (read through WebHDFS, not
-    through the code under test)."""
-    out = {}
-    for name in cluster.hdfs_list(path):
-        status = cluster.hdfs_status(f"{path}/{name}")
-        if status["type"] == "DIRECTORY":
-            out.update({f"{name}/{k}": v for k, v in hdfs_files(cluster, f"{path}/{name}").items()})
-        else:
-            out[name] = status
-    return out
-
-
 def test_killed_worker_restarts_in_place_and_resumes_from_checkpoint(cluster, tmp_path):
     """The PyTorch example checkpoints to HDFS (tony_py.checkpoint, as on a cluster where hosts
     share no directory); worker:1 is killed; the gang restarts in its containers and resumes from
@@ -57,7 +44,7 @@ def test_killed_worker_restarts_in_place_and_resumes_from_checkpoint(cluster, tm
         def committed() -> list[str]:
             """The checkpoints committed so far (step-<S>/, not a _tmp-step-… being written)."""
             try:
-                files = hdfs_files(cluster, ckpt)
+                files = cluster.hdfs_tree(ckpt)
             except requests.RequestException:  # a NameNode slow to answer on loaded cores: look again
                 return []
             return [f for f in files if re.fullmatch(r"[^/]+-attempt-0/step-\d+/state\.pt", f)]
@@ -87,7 +74,7 @@ def test_killed_worker_restarts_in_place_and_resumes_from_checkpoint(cluster, tm
         assert "rank 1 of 2 (restart attempt 1)" in logs["worker:1"]["attempt-1.stdout"]
         assert float(re.search(r"test accuracy: ([0-9.]+)", second).group(1)) >= 0.9
         # the newer generation's checkpoints replaced the older's; keep=2 of them, the job's user's
-        files = hdfs_files(cluster, ckpt)
+        files = cluster.hdfs_tree(ckpt)
         assert {f.split("/")[0] for f in files} == {f"{run.app_id}-attempt-1"}, sorted(files)
         assert len({f.split("/")[1] for f in files}) == 2, sorted(files)
         assert {s["owner"] for s in files.values()} == {cluster.app(run.app_id)["user"]}

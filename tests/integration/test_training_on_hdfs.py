@@ -18,7 +18,6 @@ import uuid
 import pytest
 
 from support import JOBS, PYTHON, ROOT, USER
-from test_failures import hdfs_files
 
 TRAIN_ROWS = 1347  # the digits' 75 % split: 4 files of 337, 337, 337, 336 rows, row groups of 64
 EXAMPLES = {  # name: (src, script, conf, chief, checkpoint file, whether each task reads a shard)
@@ -72,7 +71,7 @@ def test_each_example_trains_from_hdfs_data_and_commits_its_checkpoint_there(nam
         assert all(shares), {t: logs[t]["attempt-0.stdout"][-2000:] for t in logs}
         assert [int(s.group(1)) for s in shares] == [TRAIN_ROWS // 2] * 2
     # committed under the job's generation, complete, written as the job's user, nothing temporary left
-    files = hdfs_files(cluster, ckpt)
+    files = cluster.hdfs_tree(ckpt)
     committed = re.search(r"checkpoint written: hdfs://(\S+)", stdout).group(1)
     step_dir = committed[len(ckpt) + 1:]
     assert step_dir.startswith(f"{run.app_id}-attempt-0/step-"), committed
@@ -106,7 +105,7 @@ def test_dcp_torch_save_and_a_committed_directory_round_trip_through_hdfs(on_hdf
     assert zero["committed"] == f"hdfs://{dest}/tf/{generation}/step-30"
     assert zero["fetched"] == {"model.index": "index", "variables/part-0": "values"}
     assert zero["missing"]["filename"] == f"hdfs://{dest}/no-such-data", zero["missing"]
-    files = hdfs_files(cluster, dest)
+    files = cluster.hdfs_tree(dest)
     assert sorted(files) == sorted([f"dcp/{generation}/step-10/{n}" for n in (".metadata", "__0_0.distcp",
                                                                                "__1_0.distcp")]
                                    + [f"torch/{generation}/step-20/state.pt",
